@@ -1,0 +1,50 @@
+# Pretraining, Measured — the commands a reader, a learner and an instructor use.
+# Everything runs inside .venv, created from the pinned requirements.txt on first use.
+PY      := .venv/bin/python
+VENV_OK := .venv/.installed
+JB      := .venv/bin/jupyter-book
+BOOK_FLAGS := --config book/_config.yml --toc book/_toc.yml
+PASS_MARK ?= 60
+SUBMISSIONS ?= exercises
+
+.PHONY: help venv book book-strict test test-fast lab grade exercises bench clean
+
+help:
+	@echo "make book   build the website into _build/html (works offline)"
+	@echo "make test   the whole test suite: unit, notebooks (nbval), grader, book build, browser site test"
+	@echo "make lab    open JupyterLab on the course"
+	@echo "make grade  grade the notebooks in SUBMISSIONS=$(SUBMISSIONS) (PASS_MARK=$(PASS_MARK))"
+
+$(VENV_OK): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(VENV_OK)
+
+venv: $(VENV_OK)
+
+book: $(VENV_OK)
+	$(JB) build . $(BOOK_FLAGS) --keep-going
+	@echo "Open $(CURDIR)/_build/html/index.html in a browser (no network needed)."
+
+book-strict: $(VENV_OK)
+	$(JB) build . $(BOOK_FLAGS) -W -n --keep-going
+
+exercises: $(VENV_OK)
+	$(PY) -m course_lib.grading generate solutions exercises
+
+test: $(VENV_OK)
+	$(PY) -m pytest -q tests
+
+lab: $(VENV_OK)
+	.venv/bin/jupyter lab notebooks
+
+grade: $(VENV_OK)
+	$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK)
+
+bench: $(VENV_OK)
+	$(PY) -m course_lib.bench
+
+clean:
+	rm -rf _build build
