@@ -32,7 +32,8 @@ import textwrap
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 __all__ = ["RankContext", "RankError", "launch", "free_port", "default_backend", "run_from_env"]
 
@@ -169,7 +170,7 @@ def _mp_context():
     The server is one helper process that lives as long as the caller and exits with it.
     """
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "course_lib.dist"])
+    ctx.set_forkserver_preload(["course_lib._forkserver_guard", "torch", "torch.distributed", "course_lib.dist"])
     return ctx
 
 

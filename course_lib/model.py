@@ -48,7 +48,7 @@ class GPTConfig:
     def ff(self) -> int:
         return self.d_ff if self.d_ff is not None else 4 * self.d_model
 
-    def with_(self, **changes) -> "GPTConfig":
+    def with_(self, **changes) -> GPTConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
 

@@ -1,0 +1,42 @@
+"""Worker functions for the launcher tests (module-level so spawned ranks can import them)."""
+import os
+import time
+
+
+def allreduce_rank_sum(ctx, n=4):
+    import torch
+    import torch.distributed as dist
+    t = torch.full((n,), float(ctx.rank + 1))
+    dist.all_reduce(t, group=ctx.group)
+    return {"rank": ctx.rank, "world": ctx.world_size, "sum": t.tolist(), "pid": os.getpid(),
+            "backend": ctx.backend, "device": str(ctx.device)}
+
+
+def raise_on_rank(ctx, bad_rank=1):
+    if ctx.rank == bad_rank:
+        raise ZeroDivisionError(f"deliberate failure on rank {ctx.rank}")
+    time.sleep(30)  # the healthy ranks would wait: the launcher must not
+    return ctx.rank
+
+
+def hang_on_rank(ctx, bad_rank=0):
+    if ctx.rank == bad_rank:
+        time.sleep(3600)
+    return ctx.rank
+
+
+def exit_hard_on_rank(ctx, bad_rank=1):
+    if ctx.rank == bad_rank:
+        os._exit(7)
+    time.sleep(30)
+    return ctx.rank
+
+
+def report_pid(ctx):
+    return os.getpid()
+
+
+def write_pid_then_sleep(ctx, folder):
+    with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(300)

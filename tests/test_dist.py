@@ -1,0 +1,130 @@
+"""Behaviour of course_lib.dist.launch on real processes: results, failures, hangs, no orphans."""
+import os
+import time
+
+import psutil
+import pytest
+
+from course_lib import dist
+from dist_workers import (allreduce_rank_sum, exit_hard_on_rank, hang_on_rank, raise_on_rank,
+                          report_pid)
+
+
+def _alive(pids):
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_results_come_back_in_rank_order():
+    out = dist.launch(allreduce_rank_sum, world_size=3, n=2)
+    assert [o["rank"] for o in out] == [0, 1, 2]
+    assert all(o["sum"] == [6.0, 6.0] for o in out)      # 1 + 2 + 3 through a real all-reduce
+    assert {o["backend"] for o in out} == {"gloo"}
+    assert len({o["pid"] for o in out}) == 3              # three distinct processes
+    assert not _alive([o["pid"] for o in out])
+
+
+def test_failing_rank_raises_with_its_traceback_and_leaves_nothing():
+    t0 = time.monotonic()
+    with pytest.raises(dist.RankError) as info:
+        dist.launch(raise_on_rank, world_size=3, bad_rank=2, timeout=60)
+    assert info.value.rank == 2
+    assert "ZeroDivisionError: deliberate failure on rank 2" in info.value.remote_traceback
+    assert "raise_on_rank" in str(info.value)
+    assert time.monotonic() - t0 < 20                    # did not wait for the sleeping ranks
+    time.sleep(0.5)
+    assert not [c for c in psutil.Process().children(recursive=True)
+                if c.name().startswith("python") and "course-rank" in " ".join(c.cmdline())]
+
+
+def test_hanging_rank_times_out_and_is_killed():
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ranks \[0\] did not finish"):
+        dist.launch(hang_on_rank, world_size=2, timeout=4)
+    assert time.monotonic() - t0 < 15
+
+
+def test_rank_that_dies_without_a_traceback_is_named():
+    with pytest.raises(dist.RankError, match="exited with code 7") as info:
+        dist.launch(exit_hard_on_rank, world_size=2, timeout=30)
+    assert info.value.rank == 1
+
+
+def test_no_rank_survives_any_outcome():
+    pids = dist.launch(report_pid, world_size=4)
+    time.sleep(0.2)
+    assert not _alive(pids)
+    # the only long-lived helper is multiprocessing's fork server, which has no rank children left
+    for child in psutil.Process().children(recursive=True):
+        assert child.pid not in pids
+
+
+def test_notebook_defined_worker_is_shipped_by_source():
+    # Simulate a function defined in a notebook cell: its module is __main__.
+    src = (
+        "def nb_worker(ctx, k):\n"
+        "    import torch, torch.distributed as dist\n"
+        "    t = torch.tensor([float(k * (ctx.rank + 1))])\n"
+        "    dist.all_reduce(t, group=ctx.group)\n"
+        "    return t.item()\n"
+    )
+    import linecache
+    filename = "<notebook-cell-1>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(src, filename, "exec"), namespace)
+    assert dist.launch(namespace["nb_worker"], world_size=2, k=5) == [15.0, 15.0]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(world_size=0), "world_size"),
+    (dict(world_size=2, timeout=-1), "timeout"),
+    (dict(world_size=2, backend="mpi"), "backend"),
+])
+def test_bad_arguments_name_themselves(bad, match):
+    with pytest.raises(ValueError, match=match):
+        dist.launch(report_pid, **bad)
+
+
+def test_free_port_is_bindable():
+    import socket
+    port = dist.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA devices (NCCL path)")
+def test_nccl_path_on_gpus():
+    import torch
+    n = min(2, torch.cuda.device_count())
+    out = dist.launch(allreduce_rank_sum, world_size=n, n=2)
+    assert {o["backend"] for o in out} == {"nccl"}
+    assert all(o["sum"] == [3.0, 3.0] for o in out) if n == 2 else True
+    assert out[0]["device"].startswith("cuda")
+
+
+def test_ranks_die_when_the_launching_process_is_killed(tmp_path):
+    """A notebook kernel killed mid-run must not leave ranks behind (PR_SET_PDEATHSIG chain)."""
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(os.path.dirname(__file__))!r})\n"
+        "from course_lib import dist\n"
+        "from dist_workers import write_pid_then_sleep\n"
+        "if __name__ == '__main__':\n"
+        f"    dist.launch(write_pid_then_sleep, world_size=2, folder={str(tmp_path)!r}, timeout=300)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("rank*.pid"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+    assert len(pids) == 2 and _alive(pids)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pids)
