@@ -116,3 +116,22 @@ def test_cli_matches_library_and_reports_bad_input():
     assert bad.returncode == 2 and "mfu" in bad.stderr
     listing = subprocess.run(exe + ["list"], capture_output=True, text=True)
     assert "attention_crossover" in listing.stdout
+
+
+def test_flop_counter_confirms_2n_6n_and_attention_terms():
+    import torch
+
+    from course_lib.flop_count import count_flops, theory_flops
+    from course_lib.model import GPT, GPTConfig
+    cfg = GPTConfig(seq_len=32, d_model=48, n_heads=3, n_layers=3)
+    m = GPT(cfg)
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    for backward in (False, True):
+        got = count_flops(m, idx, backward=backward)
+        want = theory_flops(m.matmul_params(), 3, 48, 32, idx.numel(), backward=backward)
+        assert got.dense == want.dense          # exactly 2N (forward) and 6N (training) per token
+        assert got.attention == want.attention  # the explicit matmuls compute the full s x s matrix
+    # fused SDPA on CPU counts 0 without a registered formula; with it the forward matches
+    sd = GPT(cfg.with_(attn="sdpa"))
+    assert count_flops(sd, idx, cpu_sdpa=False).attention == 0
+    assert count_flops(sd, idx).attention == want.attention // 3
