@@ -128,3 +128,22 @@ def test_ranks_die_when_the_launching_process_is_killed(tmp_path):
     while _alive(pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(pids)
+
+
+def test_demo_workers_under_launch():
+    from course_lib import dist_demos
+    assert all(r["ok"] for r in dist.launch(dist_demos.allreduce_check, world_size=3))
+    bw = dist.launch(dist_demos.allreduce_bandwidth, world_size=2, sizes_bytes=[4096], repeats=2)
+    assert bw[0][0]["bytes"] == 4096 and bw[0][0]["busbw"] > 0
+
+
+def test_same_worker_runs_under_torchrun():
+    import subprocess
+    import sys
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    out = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "course_lib.dist",
+                          "course_lib.dist_demos:allreduce_check", "--kwargs", '{"n": 3}'],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "rank 0: {'rank': 0" in out.stdout and "'ok': True" in out.stdout
+    assert "rank 1: {'rank': 1" in out.stdout
