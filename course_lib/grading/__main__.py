@@ -1,0 +1,64 @@
+"""Command line of the grader.
+
+    python -m course_lib.grading generate SRC DST [--check]
+    python -m course_lib.grading grade DIR --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
+                                           [--timeout-notebook 300]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m course_lib.grading",
+                                description="Generate exercises from solutions; grade notebooks.")
+    sub = p.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="solutions/ -> exercises/ (student versions)")
+    g.add_argument("src", type=Path, help="master notebook or folder of them")
+    g.add_argument("dst", type=Path, help="output notebook or folder")
+    g.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 listing the files that differ from what would be generated")
+    r = sub.add_parser("grade", help="execute and grade every notebook in a folder")
+    r.add_argument("dir", type=Path)
+    r.add_argument("--out", type=Path, default=Path("build/grades"), help="report folder (default build/grades)")
+    r.add_argument("--pass-mark", type=float, default=60.0, help="percent needed to pass (default 60)")
+    r.add_argument("--timeout-cell", type=float, default=60.0, help="seconds per cell (default 60)")
+    r.add_argument("--timeout-notebook", type=float, default=300.0, help="seconds per notebook, counted from its kernel's start (default 300)")
+    a = p.parse_args(argv)
+
+    if a.command == "generate":
+        from course_lib.grading.generate import MarkerError, generate
+
+        try:
+            changed = generate(a.src, a.dst, check=a.check)
+        except (MarkerError, FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if a.check:
+            if changed:
+                print("out of date (run `make exercises`):")
+                for path in changed:
+                    print(f"  {path}")
+                return 1
+            print(f"exercises in {a.dst} are up to date")
+            return 0
+        for path in changed:
+            print(f"wrote {path}")
+        if not changed:
+            print(f"exercises in {a.dst} already up to date")
+        return 0
+
+    from course_lib.grading.runner import grade_dir
+
+    if a.timeout_cell <= 0 or a.timeout_notebook <= 0:
+        p.error("timeouts must be positive")
+    if not a.dir.is_dir():
+        p.error(f"not a folder: {a.dir}")
+    return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, timeout_cell=a.timeout_cell,
+                     timeout_notebook=a.timeout_notebook)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Execute one notebook for the grader; run as its own process by :mod:`course_lib.grading.runner`.
+
+    python -m course_lib.grading._execute NOTEBOOK PROGRESS.jsonl OUT.ipynb --timeout-cell 60
+
+Runs every cell (errors allowed) with the kernel's working directory set to the notebook's folder.
+A cell running longer than ``--timeout-cell`` seconds is interrupted and the next cell runs. Progress
+is appended to PROGRESS.jsonl as it happens, so the parent can tell how far a killed run got:
+
+    {"event": "kernel", "pid": 1234}                     kernel started (own process group)
+    {"event": "start", "cell": 3}                        cell 3 started
+    {"event": "done", "cell": 3, "status": "ok"}         ... or "error" with "ename", "evalue"
+    {"event": "dead", "cell": 5}                         the kernel died while running cell 5
+    {"event": "fail", "error": "..."}                    the run could not continue
+    {"event": "end"}
+
+``COURSE_GRADE_LOG`` is inherited by the kernel from this process's environment.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+TIMEOUT_ENAME = "CellTimeout"
+
+
+class _Progress:
+    def __init__(self, path: Path):
+        self._f = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in main
+
+    def __call__(self, **row: object) -> None:
+        self._f.write(json.dumps(row, sort_keys=True) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m course_lib.grading._execute")
+    p.add_argument("notebook", type=Path)
+    p.add_argument("progress", type=Path)
+    p.add_argument("output", type=Path)
+    p.add_argument("--timeout-cell", type=float, default=60)
+    a = p.parse_args(argv)
+
+    # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
+    # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this process.
+    sys.modules.setdefault("rfc3987_syntax", None)
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    from course_lib.grading._notebook import kernel_manager_class
+
+    progress = _Progress(a.progress)
+    try:
+        nb = nbformat.read(a.notebook, as_version=4)
+    except Exception as e:  # noqa: BLE001 - a broken file: tell the parent why
+        progress(event="fail", error=f"cannot read the notebook: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        progress(event="end")
+        progress.close()
+        return 1
+    timeout = max(1, int(round(a.timeout_cell)))
+    current = {"cell": -1}
+
+    def on_notebook_start(notebook: object) -> None:
+        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+        if pid is not None:
+            progress(event="kernel", pid=int(pid))
+
+    def on_cell_start(cell: dict, cell_index: int) -> None:
+        current["cell"] = cell_index
+        if cell.get("cell_type") == "code":
+            progress(event="start", cell=cell_index)
+
+    def on_cell_executed(cell: dict, cell_index: int, execute_reply: dict) -> None:
+        content = (execute_reply or {}).get("content", {})
+        status = content.get("status", "ok")
+        if status == "ok":
+            progress(event="done", cell=cell_index, status="ok")
+            return
+        ename, evalue = content.get("ename", "Error"), content.get("evalue", "")
+        progress(event="done", cell=cell_index, status="error", ename=ename, evalue=evalue,
+                 timeout=ename == TIMEOUT_ENAME)
+        if ename == TIMEOUT_ENAME:  # leave a visible trace in the executed copy
+            cell.setdefault("outputs", []).append(nbformat.v4.new_output(
+                "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"]))
+
+    client = NotebookClient(
+        nb, kernel_manager_class=kernel_manager_class(), kernel_name="python3",
+        timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
+        error_on_timeout={"ename": TIMEOUT_ENAME,
+                          "evalue": f"the cell did not finish within {timeout} s and was interrupted",
+                          "traceback": []},
+        record_timing=False, startup_timeout=120,
+        resources={"metadata": {"path": str(a.notebook.resolve().parent)}},
+        on_notebook_start=on_notebook_start, on_cell_start=on_cell_start,
+        on_cell_executed=on_cell_executed,
+    )
+    rc = 0
+    try:
+        client.execute()
+    except DeadKernelError:
+        progress(event="dead", cell=current["cell"])
+    except Exception as e:  # noqa: BLE001 - report anything else to the parent, then stop
+        progress(event="fail", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        rc = 1
+    try:
+        a.output.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, a.output)
+    except Exception as e:  # noqa: BLE001
+        print(f"could not write {a.output}: {e}", file=sys.stderr)
+    progress(event="end")
+    progress.close()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

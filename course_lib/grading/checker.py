@@ -1,0 +1,177 @@
+"""The in-notebook API: ``check = Checker("ch01_flops")`` then ``check("qid", answer)``.
+
+``check(...)`` prints one deterministic verdict line and returns True for full marks.
+``check.hint(qid)``, ``check.reveal(qid)`` and ``check.summary()`` help a stuck student.
+
+Headless grading: when the environment variable ``COURSE_GRADE_LOG`` names a file, every
+``check(...)`` appends one JSON line ``{"chapter", "qid", "points", "score", "message"}`` to it;
+the runner keeps the best score per question.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import re
+from typing import Any
+
+from course_lib.grading.question import Question, Result
+from course_lib.grading.values import fmt_num, fmt_points, to_plain
+
+LOG_ENV = "COURSE_GRADE_LOG"
+_CHAPTER = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+def _available_chapters() -> list[str]:
+    import course_lib.checks as checks
+
+    return sorted(m.name for m in pkgutil.iter_modules(checks.__path__) if not m.name.startswith("_"))
+
+
+def load_bank(chapter_id: str, bank: str | None = None) -> list[Question]:
+    """The ``QUESTIONS`` of ``course_lib.checks.<chapter_id>`` (or of module ``bank`` if given).
+
+    Raises ValueError for an unknown chapter, a bank without a ``QUESTIONS`` list of Question, or
+    duplicate question ids.
+    """
+    if not isinstance(chapter_id, str) or not _CHAPTER.match(chapter_id):
+        raise ValueError(f"chapter_id must be a chapter id like '01_flops' or 'ch01_flops', got {chapter_id!r}")
+    modname = bank if bank is not None else f"course_lib.checks.{chapter_id}"
+    try:
+        module = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (modname == e.name or modname.startswith(e.name + ".")):
+            raise  # the bank exists but one of its own imports is missing
+        known = ", ".join(_available_chapters()) or "none"
+        raise ValueError(f"unknown chapter {chapter_id!r}: no question bank module {modname!r} "
+                         f"(chapters with a bank: {known})") from None
+    questions = getattr(module, "QUESTIONS", None)
+    if not isinstance(questions, (list, tuple)) or not all(isinstance(q, Question) for q in questions):
+        raise ValueError(f"question bank {modname!r} must define QUESTIONS: list[Question]")
+    seen: set[str] = set()
+    for q in questions:
+        if q.qid in seen:
+            raise ValueError(f"question bank {modname!r}: duplicate question id {q.qid!r}")
+        seen.add(q.qid)
+    return list(questions)
+
+
+class Checker:
+    """Grades a chapter's questions inside a notebook. ``bank`` overrides the bank's module path
+    (used by tests and by instructors trying out a bank outside ``course_lib.checks``)."""
+
+    def __init__(self, chapter_id: str, *, bank: str | None = None):
+        self.chapter_id = chapter_id
+        self.questions: dict[str, Question] = {q.qid: q for q in load_bank(chapter_id, bank)}
+        self._best: dict[str, Result] = {}
+
+    def __repr__(self) -> str:
+        return f"Checker({self.chapter_id!r}, {len(self.questions)} questions)"
+
+    def _question(self, qid: str) -> Question:
+        q = self.questions.get(qid) if isinstance(qid, str) else None
+        if q is None:
+            raise ValueError(f"unknown question {qid!r} for chapter {self.chapter_id!r}; "
+                             f"questions: {', '.join(self.questions)}")
+        return q
+
+    def __call__(self, qid: str, answer: Any) -> bool:
+        """Grade ``answer`` for question ``qid``, print one line, record it; True if full marks."""
+        q = self._question(qid)
+        result = q.grade(answer)
+        best = self._best.get(qid)
+        if best is None or result.score >= best.score:
+            self._best[qid] = result
+        print(result.line())
+        self._record(result)
+        return result.correct
+
+    def _record(self, result: Result) -> None:
+        path = os.environ.get(LOG_ENV)
+        if not path:
+            return
+        row = {"chapter": self.chapter_id, "qid": result.qid, "points": result.points,
+               "score": result.score, "message": result.message}
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
+            f.flush()
+
+    def hint(self, qid: str) -> None:
+        """Print the hint of question ``qid``."""
+        q = self._question(qid)
+        print(f"Hint for {qid}: {q.hint}" if q.hint else f"No hint for {qid}; re-read the question:\n{q.prompt}")
+
+    def prompt(self, qid: str) -> None:
+        """Print the text of question ``qid``."""
+        q = self._question(qid)
+        print(f"{qid} ({fmt_points(q.points)} points): {q.prompt}")
+
+    def reveal(self, qid: str) -> None:
+        """Print the reference answer (value questions) and the explanation, if any."""
+        q = self._question(qid)
+        lines = []
+        if q.is_value:
+            try:
+                lines.append(f"Reference answer for {qid}: {_show(q.reference(), q.unit)}"
+                             f"{_tolerance_note(q)}")
+            except Exception as e:  # noqa: BLE001
+                lines.append(f"Reference answer for {qid} could not be computed: {type(e).__name__}: {e}")
+        if q.explanation:
+            lines.append(("" if q.is_value else f"Explanation for {qid}: ") + q.explanation)
+        if not lines:
+            lines.append(f"{qid} is graded by running your code; there is no single value to reveal.")
+        print("\n".join(lines))
+
+    def score(self) -> tuple[float, float]:
+        """(points scored so far, points available) in this session, best attempt per question."""
+        got = sum(r.score for r in self._best.values())
+        return round(got, 4), round(sum(q.points for q in self.questions.values()), 4)
+
+    def summary(self) -> None:
+        """Print points so far and the state of every question."""
+        got, total = self.score()
+        n_ok = sum(r.correct for r in self._best.values())
+        lines = [f"{self.chapter_id}: {fmt_points(got)}/{fmt_points(total)} points "
+                 f"({n_ok} of {len(self.questions)} questions fully correct)"]
+        for qid, q in self.questions.items():
+            r = self._best.get(qid)
+            if r is None:
+                lines.append(f"  · {qid}: not checked yet ({fmt_points(q.points)} points)")
+            else:
+                mark = "✔" if r.correct else "✘"
+                lines.append(f"  {mark} {qid}: {fmt_points(r.score)}/{fmt_points(q.points)}")
+        print("\n".join(lines))
+
+
+def _show(value: Any, unit: str = "") -> str:
+    """A reference value printed stably (6 significant digits for floats)."""
+    v = to_plain(value)
+
+    def one(x: Any) -> str:
+        if isinstance(x, float):
+            return f"{x:.6g}"
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(one(y) for y in x)
+            return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
+        return repr(x)
+
+    return one(v) + (f" {unit}" if unit else "")
+
+
+def _tolerance_note(q: Question) -> str:
+    def has_float(x: Any) -> bool:
+        if isinstance(x, (list, tuple)):
+            return any(has_float(y) for y in x)
+        if isinstance(x, dict):
+            return any(has_float(y) for y in x.values())
+        return isinstance(x, float)
+
+    if not has_float(to_plain(q.reference())):
+        return ""
+    parts = []
+    if q.rtol:
+        parts.append(f"±{q.rtol * 100:.2g}%")
+    if q.atol:
+        parts.append(f"±{fmt_num(q.atol)}")
+    return f" (accepted within {' or '.join(parts)})" if parts else ""

@@ -1,0 +1,199 @@
+"""Questions of a chapter's bank and the mistakes they recognise.
+
+A :class:`Question` is either a *value* question (``expected=`` a zero-argument callable giving the
+reference answer, compared with a tolerance) or a *function* question (``grader=`` a callable that
+receives the student's answer object and returns ``(fraction, message)``). Grading never raises
+because of what a student typed: any exception becomes a score of 0 with the error text.
+
+Every message is deterministic: numbers a student typed are shown to 4 significant digits, ratios to
+3, so stored notebook outputs do not depend on the machine.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from course_lib import _validate
+from course_lib.grading.values import as_number, compare, describe, fmt_points, to_plain
+
+_QID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _cap(msg: str) -> str:
+    msg = msg.strip()
+    return msg[:1].upper() + msg[1:] if msg else msg
+
+
+# --------------------------------------------------------------------------- Mistake
+@dataclass(frozen=True)
+class Mistake:
+    """A recognised wrong answer: ``when(answer, expected)`` is true -> show ``message``."""
+
+    when: Callable[[Any, Any], bool]
+    message: str
+
+    def matches(self, answer: Any, expected: Any) -> bool:
+        """Whether this mistake explains ``answer``; a predicate that raises does not match."""
+        try:
+            return bool(self.when(answer, expected))
+        except Exception:  # noqa: BLE001 - student input may break an author's predicate
+            return False
+
+    @classmethod
+    def ratio(cls, r: float, message: str, rtol: float = 0.02) -> Mistake:
+        """The answer is ≈ ``r`` × the expected value (numbers, or sequences elementwise)."""
+        r = float(r)
+
+        def when(answer: Any, expected: Any) -> bool:
+            exp = to_plain(expected)
+            if isinstance(exp, (list, tuple)):
+                return compare(answer, [float(v) * r for v in exp], rtol, 0.0) is None
+            e = as_number(exp)
+            return e is not None and compare(answer, e * r, rtol, 0.0) is None
+
+        return cls(when, message)
+
+    @classmethod
+    def equals(cls, value: Any, message: str, rtol: float = 1e-6, atol: float = 0.0) -> Mistake:
+        """The answer equals ``value`` (same comparison rules as a value question)."""
+        return cls(lambda answer, expected: compare(answer, value, rtol, atol) is None, message)
+
+    @classmethod
+    def predicate(cls, fn: Callable[..., bool], message: str) -> Mistake:
+        """``fn(answer)`` (or ``fn(answer, expected)`` if it takes two arguments) is true."""
+        try:
+            n = len([p for p in inspect.signature(fn).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+        except (TypeError, ValueError):
+            n = 1
+        if n >= 2:
+            return cls(lambda answer, expected: fn(answer, expected), message)
+        return cls(lambda answer, expected: fn(answer), message)
+
+
+# --------------------------------------------------------------------------- Question
+@dataclass(frozen=True)
+class Result:
+    """Outcome of grading one answer: ``score`` out of ``points`` with an explanation."""
+
+    qid: str
+    points: float
+    score: float
+    message: str
+
+    @property
+    def correct(self) -> bool:
+        return self.score >= self.points
+
+    def line(self) -> str:
+        """The one line ``check()`` prints."""
+        p, s = fmt_points(self.points), fmt_points(self.score)
+        if self.correct:
+            tail = f" — {self.message}" if self.message else ""
+            return f"✔ {self.qid}: correct ({p}/{p} points){tail}"
+        return f"✘ {self.qid}: {s}/{p} — {self.message}"
+
+
+def _error_text(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    if len(text) > 200:
+        text = text[:197] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+class Question:
+    """One graded question; see the module docstring and CONTRIBUTING.md for the two kinds."""
+
+    def __init__(self, qid: str, points: float, prompt: str, *,
+                 expected: Callable[[], Any] | None = None, rtol: float = 1e-6, atol: float = 0.0,
+                 mistakes: list[Mistake] | tuple[Mistake, ...] = (), hint: str = "",
+                 grader: Callable[[Any], tuple[float, str]] | None = None, explanation: str = "",
+                 unit: str = ""):
+        if not isinstance(qid, str) or not _QID.match(qid):
+            raise ValueError(f"qid must be a short identifier (letters, digits, _ . -), got {qid!r}")
+        self.qid = qid
+        self.points = _validate.positive("points", points)
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {prompt!r}")
+        if (expected is None) == (grader is None):
+            raise ValueError(f"question {qid!r}: give exactly one of expected= or grader=")
+        if expected is not None and not callable(expected):
+            raise ValueError(f"question {qid!r}: expected must be a zero-argument callable")
+        if grader is not None and not callable(grader):
+            raise ValueError(f"question {qid!r}: grader must be a callable")
+        self.rtol = _validate.positive("rtol", rtol, allow_zero=True)
+        self.atol = _validate.positive("atol", atol, allow_zero=True)
+        self.mistakes = tuple(mistakes)
+        for m in self.mistakes:
+            if not isinstance(m, Mistake):
+                raise ValueError(f"question {qid!r}: mistakes must be Mistake objects, got {m!r}")
+        self.prompt, self.hint, self.explanation, self.unit = prompt, hint, explanation, unit
+        self.expected, self.grader = expected, grader
+        self._reference: tuple[Any] | None = None
+
+    def __repr__(self) -> str:
+        kind = "value" if self.expected is not None else "function"
+        return f"Question({self.qid!r}, points={fmt_points(self.points)}, {kind})"
+
+    @property
+    def is_value(self) -> bool:
+        return self.expected is not None
+
+    def reference(self) -> Any:
+        """The reference answer of a value question (computed once, then cached)."""
+        if self.expected is None:
+            raise ValueError(f"question {self.qid!r} is graded by a function and has no reference value")
+        if self._reference is None:
+            self._reference = (self.expected(),)
+        return self._reference[0]
+
+    def _result(self, fraction: float, message: str) -> Result:
+        return Result(self.qid, self.points, round(fraction * self.points, 4), " ".join(str(message).split()))
+
+    def grade(self, answer: Any) -> Result:
+        """Score ``answer``; never raises because of it."""
+        if self.grader is not None:
+            return self._grade_function(answer)
+        try:
+            exp = self.reference()
+        except Exception as e:  # noqa: BLE001
+            return self._result(0.0, f"Error while computing the reference answer: {_error_text(e)}")
+        try:
+            problem = compare(answer, exp, self.rtol, self.atol, self.unit)
+        except Exception as e:  # noqa: BLE001
+            problem = f"could not compare your answer: {_error_text(e)}"
+        if problem is None:
+            return self._result(1.0, "")
+        for m in self.mistakes:
+            if m.matches(answer, exp):
+                return self._result(0.0, m.message)
+        return self._result(0.0, _cap(problem) + ".")
+
+    def _grade_function(self, answer: Any) -> Result:
+        try:
+            out = self.grader(answer)
+        except NotImplementedError as e:
+            return self._result(0.0, f"not implemented ({_error_text(e)})")
+        except Exception as e:  # noqa: BLE001 - student code run by the grader raised
+            return self._result(0.0, f"Your code raised {_error_text(e)}")
+        if isinstance(out, tuple) and len(out) == 2:
+            frac, msg = out
+        else:
+            frac, msg = out, ""
+        f = as_number(frac) if not isinstance(frac, bool) else float(frac)
+        if f is None or math.isnan(f):
+            return self._result(0.0, f"Grader error: it returned {describe(out)}, not (fraction, message)")
+        f = min(1.0, max(0.0, f))
+        msg = str(msg)
+        if f < 1.0:
+            for m in self.mistakes:
+                if m.matches(answer, None):
+                    msg = f"{msg} {m.message}".strip()
+                    break
+            if not msg:
+                msg = f"{round(f * 100):d}% of the grader's tests passed"
+        return self._result(f, msg)
