@@ -35,7 +35,7 @@ exercises: $(VENV_OK)
 	$(PY) -m course_lib.grading generate solutions exercises
 
 test: $(VENV_OK)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions
 
 lab: $(VENV_OK)
 	.venv/bin/jupyter lab notebooks

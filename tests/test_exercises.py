@@ -1,0 +1,66 @@
+"""Every chapter's graded exercises: the student version is the generated one, the master scores
+100 % under the headless grader, and the untouched student version scores 0 with "not implemented"."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MASTERS = sorted((ROOT / "solutions").glob("*.ipynb"))
+
+
+def test_every_master_has_a_committed_student_version():
+    assert MASTERS, "no solutions notebooks found"
+    for master in MASTERS:
+        assert (ROOT / "exercises" / master.name).exists(), f"exercises/{master.name} missing: run make exercises"
+
+
+def test_committed_exercises_equal_the_generated_ones():
+    out = subprocess.run([sys.executable, "-m", "course_lib.grading", "generate", "--check",
+                          "solutions", "exercises"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _grade(folder: Path, out: Path, pass_mark: float):
+    proc = subprocess.run([sys.executable, "-m", "course_lib.grading", "grade", str(folder),
+                           "--out", str(out), "--pass-mark", str(pass_mark),
+                           "--timeout-cell", "120", "--timeout-notebook", "300"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    return proc, json.loads((out / "grades.json").read_text())
+
+
+def _rows(report):
+    nbs = report["notebooks"] if isinstance(report, dict) else report
+    for nb in nbs:
+        for row in nb["questions"]:
+            yield nb, row
+
+
+@pytest.fixture(scope="module")
+def graded_masters(tmp_path_factory):
+    return _grade(ROOT / "solutions", tmp_path_factory.mktemp("masters"), 100)
+
+
+@pytest.fixture(scope="module")
+def graded_students(tmp_path_factory):
+    return _grade(ROOT / "exercises", tmp_path_factory.mktemp("students"), 1)
+
+
+def test_masters_score_full_marks(graded_masters):
+    proc, report = graded_masters
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = list(_rows(report))
+    assert len({nb["notebook"] for nb, _ in rows}) == len(MASTERS)
+    bad = [(nb["notebook"], r["qid"], r["message"]) for nb, r in rows if r["score"] != r["points"]]
+    assert not bad
+
+
+def test_untouched_exercises_score_zero_with_not_implemented(graded_students):
+    proc, report = graded_students
+    assert proc.returncode == 1          # below any positive pass mark
+    rows = list(_rows(report))
+    assert rows and all(r["score"] == 0 for _, r in rows)
+    assert all("not implemented" in r["message"] for _, r in rows), \
+        [(nb["notebook"], r["qid"], r["message"]) for nb, r in rows if "not implemented" not in r["message"]]
