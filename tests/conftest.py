@@ -1,0 +1,139 @@
+"""Shared fixtures for the book and website tests (tests/test_book.py, tests/test_site.py).
+
+The book is built ONCE per test session, exactly as `make book-strict` builds it (warnings are
+errors), into the normal `_build/` folder so the jupyter cache in `_build/.jupyter_cache` is
+reused: a repeat run re-reads every page (so every warning is reported again) but re-executes
+only the chapter pages whose code changed.
+
+Set COURSE_BOOK_REUSE=1 to skip the build and test the HTML already in `_build/html` (handy while
+working on the site test; never in CI).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = ROOT / "_build"
+HTML_DIR = BUILD_DIR / "html"
+TOC = ROOT / "book" / "_toc.yml"
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+BOOK_CMD = ["build", ".", "--config", "book/_config.yml", "--toc", "book/_toc.yml"]
+STRICT_FLAGS = ["-W", "-n", "--keep-going", "--all"]
+# Pages Sphinx writes besides the TOC pages; the site test visits them too.
+EXTRA_PAGES = ("search", "genindex")
+
+
+def toc_docnames(toc: Path = TOC) -> list[str]:
+    """Every document in the Jupyter Book TOC, in reading order, without suffix."""
+    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    names = [data["root"]]
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries or []:
+            if "file" in entry:
+                names.append(entry["file"])
+            for key in ("chapters", "sections", "parts"):
+                walk(entry.get(key, []))
+
+    for key in ("parts", "chapters", "sections"):
+        walk(data.get(key, []))
+    return [n.removesuffix(".md").removesuffix(".ipynb") for n in names]
+
+
+def site_pages() -> list[str]:
+    return toc_docnames() + list(EXTRA_PAGES)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # One site test per page: a failure names the page.
+    if "site_page" in metafunc.fixturenames:
+        pages = site_pages()
+        metafunc.parametrize("site_page", pages, ids=pages)
+
+
+@pytest.fixture(scope="session")
+def toc_pages() -> list[str]:
+    """Docnames in book/_toc.yml, e.g. ["book/index", "book/01_flops", ...]."""
+    return toc_docnames()
+
+
+@dataclass(frozen=True)
+class BookBuild:
+    returncode: int
+    log: str
+    html_dir: Path
+    seconds: float
+    reused: bool = False
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.splitlines()[-n:])
+
+
+def _jupyter_book() -> str:
+    exe = Path(sys.executable).with_name("jupyter-book")
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("jupyter-book")
+    if not found:
+        pytest.fail("jupyter-book is not installed in this environment (pip install -r requirements.txt)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def book_build() -> BookBuild:
+    """Build the book once (warnings as errors) and return the result; never raises on failure."""
+    if os.environ.get("COURSE_BOOK_REUSE") == "1" and (HTML_DIR / "index.html").is_file():
+        return BookBuild(0, "(COURSE_BOOK_REUSE=1: build skipped)", HTML_DIR, 0.0, reused=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    start = time.monotonic()
+    proc = subprocess.run(
+        [_jupyter_book(), *BOOK_CMD, *STRICT_FLAGS],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    seconds = time.monotonic() - start
+    log = proc.stdout + "\n" + proc.stderr
+    (ARTIFACTS / "book-build.log").write_text(f"# {seconds:.1f} s, exit {proc.returncode}\n{log}")
+    return BookBuild(proc.returncode, log, HTML_DIR, seconds)
+
+
+@pytest.fixture(scope="session")
+def html_dir(book_build: BookBuild) -> Path:
+    if not (book_build.html_dir / "index.html").is_file():
+        pytest.fail(f"the book build wrote no {book_build.html_dir}/index.html:\n{book_build.tail()}")
+    return book_build.html_dir
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib signature)
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url(html_dir: Path) -> Iterator[str]:
+    """Serve _build/html on a free local port for the browser test."""
+    handler = functools.partial(_QuietHandler, directory=str(html_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="site-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

@@ -1,0 +1,216 @@
+"""The website in a real headless browser, with the network out of reach.
+
+_build/html is served on 127.0.0.1 (fixture `site_url`); Debian's Chromium, driven by the
+`playwright` package (its own browser download is never used), opens every page of the TOC plus
+search.html and genindex.html. Any request to another host is recorded and aborted, so a page
+that still depends on a CDN fails here even on a machine that has network access.
+
+Skipped only when /usr/bin/chromium is missing and CI is not set; under CI a missing browser fails.
+Screenshots of the landing page and chapter 1 go to build/test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+LOCAL_SCHEMES = {"data", "blob", "about", "file"}
+SCREENSHOTS = ROOT / "build" / "test-artifacts" / "screenshots"
+SCREENSHOT_PAGES = {"book/index": "index.png", "book/01_flops": "01_flops.png"}
+MATHJAX_TIMEOUT_MS = 30_000
+
+# Math nodes written by Sphinx/MyST (MathJax's own HTML-CSS output also uses class "math").
+SOURCE_MATH = ("() => [...document.querySelectorAll('.math')]"
+               ".filter(e => !e.closest('.MathJax, .MathJax_Display'))")
+# MathJax 2 is done when its startup has posted "End" and every MyST/Sphinx `.math` node holds the
+# final HTML-CSS output (the fast preview is replaced) or an error. Timing out here means math that
+# never typesets; the report below then says which.
+MATHJAX_DONE = """() => {
+    if (!(window.MathJax && MathJax.Hub && MathJax.Hub.Startup && MathJax.Hub.Startup.signal)) return false;
+    if (!MathJax.Hub.Startup.signal.posted.map(String).includes('End')) return false;
+    const done = '.MathJax, .MathJax_Display, .MathJax_Error, .merror, .noError';
+    return (""" + SOURCE_MATH + """)().every(e => e.querySelector(done));
+}"""
+# What MathJax left behind: rendered nodes, math that was not typeset, TeX errors, raw delimiters.
+MATHJAX_REPORT = """() => {
+    const math = (""" + SOURCE_MATH + """)();
+    const rendered = '.MathJax, .MathJax_Display, .MathJax_SVG, mjx-container';
+    const unrendered = math.filter(e => !e.querySelector(rendered)).map(e => e.textContent.slice(0, 80));
+    const errors = [...document.querySelectorAll('.merror, .noError, .MathJax_Error, mjx-merror')]
+        .map(e => e.textContent.slice(0, 80));
+    const posted = (window.MathJax && MathJax.Hub) ? MathJax.Hub.signal.posted.map(m => String(m)) : [];
+    const signals = posted.filter(m => /^(TeX Jax - |Math Processing Error|file load error)/.test(m));
+    const article = document.querySelector('main') || document.body;
+    const copy = article.cloneNode(true);
+    copy.querySelectorAll('pre, code, script, style, .MathJax_Preview, textarea').forEach(e => e.remove());
+    const text = copy.textContent;
+    const raw = ['$$', '\\\\(', '\\\\[', '\\\\begin{'].filter(d => text.includes(d));
+    return {math: math.length, rendered: document.querySelectorAll(rendered).length,
+            unrendered, errors, signals, raw};
+}"""
+# Every <img> decoded (lazy ones forced to load first).
+BROKEN_IMAGES = """async () => {
+    const broken = [];
+    for (const img of document.images) {
+        img.loading = 'eager';
+        try { await img.decode(); } catch (e) {}
+        if (!(img.complete && img.naturalWidth > 0)) broken.push(img.currentSrc || img.src);
+    }
+    return broken;
+}"""
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        reason = (f"{CHROMIUM} not found: the site test drives Debian's Chromium "
+                  "(apt-get install chromium chromium-driver; .ci/run does this)")
+        if _in_ci():
+            pytest.fail(reason + " -- CI is set, so a missing browser is a failure")
+        pytest.skip(reason)
+    with sync_playwright() as p:
+        try:
+            chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        except Exception as exc:  # the driver or the browser failed to start
+            pytest.fail(f"could not start {CHROMIUM} through playwright: {exc}")
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@dataclass
+class Visit:
+    url: str
+    status: int | None = None
+    requests: list[str] = field(default_factory=list)
+    external: list[str] = field(default_factory=list)
+    bad_responses: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    broken_images: list[str] = field(default_factory=list)
+    mathjax: dict[str, Any] | None = None
+    collected: Any = None
+
+    def problems(self) -> list[str]:
+        out = []
+        for name in ("external", "bad_responses", "failed_requests", "console_errors", "page_errors",
+                     "broken_images"):
+            if getattr(self, name):
+                out.append(f"{name}: {getattr(self, name)}")
+        return out
+
+
+def _is_local(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in LOCAL_SCHEMES or parts.hostname in LOCAL_HOSTS
+
+
+def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: str | None = None,
+          collect: str | None = None, redirects_to: str | None = None) -> Visit:
+    """Open `url` in a fresh browser context; record everything the page asks for and reports."""
+    result = Visit(url)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+
+    def route(r: Any) -> None:
+        if _is_local(r.request.url):
+            r.continue_()
+        else:
+            r.abort("blockedbyclient")
+
+    context.route("**/*", route)
+    page = context.new_page()
+    page.on("request", lambda r: (result.requests.append(r.url),
+                                  None if _is_local(r.url) else result.external.append(r.url)))
+    page.on("response", lambda r: result.bad_responses.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    page.on("requestfailed", lambda r: None if not _is_local(r.url)
+            else result.failed_requests.append(f"{r.url}: {r.failure}"))
+    page.on("console", lambda m: result.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: result.page_errors.append(str(e)))
+    try:
+        response = page.goto(url, wait_until="load", timeout=30_000)
+        result.status = response.status if response else None
+        if redirects_to:  # e.g. the top-level index.html, a meta-refresh to book/index.html
+            page.wait_for_url(redirects_to, timeout=15_000)
+            page.wait_for_load_state("load")
+        if page.evaluate("() => document.querySelectorAll('.math').length") > 0:
+            try:
+                page.wait_for_function(MATHJAX_DONE, timeout=MATHJAX_TIMEOUT_MS)
+            except PlaywrightTimeout:
+                pass  # the report says what did not typeset
+            result.mathjax = page.evaluate(MATHJAX_REPORT)
+        if after_load:
+            page.wait_for_function(after_load, timeout=15_000)
+        if collect:
+            result.collected = page.evaluate(collect)
+        result.broken_images = page.evaluate(BROKEN_IMAGES)
+        page.wait_for_load_state("networkidle", timeout=10_000)
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(screenshot), full_page=True)
+    finally:
+        context.close()
+    return result
+
+
+def test_page_works_offline(browser: Any, site_page: str, site_url: str, html_dir: Path) -> None:
+    if not (html_dir / f"{site_page}.html").is_file():
+        if site_page == "genindex":
+            pytest.skip("no genindex.html in this build")
+        pytest.fail(f"{site_page}.html was not built")
+    source = (html_dir / f"{site_page}.html").read_text(encoding="utf-8")
+    has_math = 'class="math' in source
+    shot = SCREENSHOTS / SCREENSHOT_PAGES[site_page] if site_page in SCREENSHOT_PAGES else None
+    v = visit(browser, f"{site_url}/{site_page}.html", screenshot=shot)
+
+    assert v.status == 200, f"{site_page}: HTTP {v.status}"
+    assert not v.problems(), f"{site_page}:\n  " + "\n  ".join(v.problems())
+    assert v.requests and all(_is_local(u) for u in v.requests)
+    if has_math:
+        mj = v.mathjax
+        assert mj is not None and mj["math"] > 0, f"{site_page}: math in the HTML but no math nodes in the page"
+        assert mj["rendered"] > 0, f"{site_page}: {mj['math']} math nodes but no MathJax output"
+        assert not mj["unrendered"], f"{site_page}: math not typeset: {mj['unrendered']}"
+        assert not mj["errors"], f"{site_page}: MathJax errors: {mj['errors']}"
+        assert not mj["signals"], f"{site_page}: TeX errors: {mj['signals']}"
+        assert not mj["raw"], f"{site_page}: raw TeX delimiters left in the text: {mj['raw']}"
+
+
+def test_search_works_offline(browser: Any, site_url: str) -> None:
+    results = "() => document.querySelectorAll('#search-results ul.search li').length > 0"
+    v = visit(browser, f"{site_url}/search.html?q=FLOPs", after_load=results,
+              collect="() => [...document.querySelectorAll('#search-results ul.search li a')].map(a => a.href)",
+              screenshot=SCREENSHOTS / "search.png")
+    assert not v.problems(), "search page:\n  " + "\n  ".join(v.problems())
+    assert any(u.endswith("/searchindex.js") for u in v.requests), "search index not loaded"
+    assert any("book/01_flops.html" in link for link in v.collected), f"search for FLOPs found {v.collected}"
+
+
+def test_book_opens_from_the_file_system(browser: Any, html_dir: Path) -> None:
+    """`make book` tells readers to open _build/html/index.html directly: file:// must work too."""
+    start = visit(browser, (html_dir / "index.html").as_uri(), redirects_to="**/book/index.html")
+    assert not start.problems(), "index.html (file://):\n  " + "\n  ".join(start.problems())
+    chapter = visit(browser, (html_dir / "book" / "01_flops.html").as_uri())
+    assert not chapter.problems(), "chapter 1 (file://):\n  " + "\n  ".join(chapter.problems())
+    assert chapter.mathjax and chapter.mathjax["rendered"] > 0 and not chapter.mathjax["unrendered"]
+    found = visit(browser, (html_dir / "search.html").as_uri() + "?q=FLOPs",
+                  after_load="() => document.querySelectorAll('#search-results ul.search li').length > 0")
+    assert not found.problems(), "search (file://):\n  " + "\n  ".join(found.problems())
