@@ -7,13 +7,17 @@ BOOK_FLAGS := --config book/_config.yml --toc book/_toc.yml
 PASS_MARK ?= 60
 SUBMISSIONS ?= exercises
 
-.PHONY: help venv book book-strict test test-fast lab grade exercises bench clean
+NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
+
+.PHONY: help venv book book-strict test lab grade exercises bench gpu-check gpu-labs clean
 
 help:
 	@echo "make book   build the website into _build/html (works offline)"
 	@echo "make test   the whole test suite: unit, notebooks (nbval), grader, book build, browser site test"
 	@echo "make lab    open JupyterLab on the course"
 	@echo "make grade  grade the notebooks in SUBMISSIONS=$(SUBMISSIONS) (PASS_MARK=$(PASS_MARK))"
+	@echo "make bench  notebook run times and the measured-vs-theory ratios the book quotes"
+	@echo "make gpu-check / gpu-labs   on an N-GPU box: NCCL all-reduce check and bandwidth; run every lab"
 
 $(VENV_OK): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -42,6 +46,16 @@ lab: $(VENV_OK)
 
 grade: $(VENV_OK)
 	$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK)
+
+gpu-check: $(VENV_OK)
+	@test "$(NGPU)" -gt 0 || (echo "no CUDA device found (nvidia-smi -L lists none)"; exit 1)
+	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_demos:allreduce_check
+	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_demos:allreduce_bandwidth
+
+gpu-labs: $(VENV_OK)
+	mkdir -p build/gpu-labs
+	.venv/bin/jupyter nbconvert --to notebook --execute --ExecutePreprocessor.timeout=1200 \
+		--output-dir build/gpu-labs notebooks/*.ipynb
 
 bench: $(VENV_OK)
 	$(PY) -m course_lib.bench
