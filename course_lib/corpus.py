@@ -31,7 +31,8 @@ import torch
 
 from ._validate import positive_int
 
-__all__ = ["VOCAB_SIZE", "CorpusSplit", "text", "token_bytes", "load", "get_batch", "decode"]
+__all__ = ["VOCAB_SIZE", "CorpusSplit", "text", "token_bytes", "load", "get_batch", "decode",
+           "bpe_bytes_per_token"]
 
 VOCAB_SIZE = 256
 SEPARATOR = "\n\n"
@@ -111,3 +112,24 @@ def decode(ids: torch.Tensor | list[int]) -> str:
     """Byte ids back to text (invalid UTF-8 sequences replaced), for printing samples."""
     values = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
     return bytes(int(v) for v in values).decode("utf-8", errors="replace")
+
+
+def bpe_bytes_per_token(vocab_size: int = 4096, split: CorpusSplit | None = None) -> float:
+    """Bytes per token of a byte-level BPE tokenizer (HuggingFace ``tokenizers``) trained on the
+    training split with ``vocab_size`` entries, measured on the validation split.
+
+    Our models predict bytes; published scaling laws count subword tokens. This ratio converts
+    one into the other (a nat per token is this many times a nat per byte's worth of text).
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    vocab_size = positive_int("vocab_size", vocab_size, minimum=VOCAB_SIZE + 1)
+    split = split if split is not None else load()
+    train_text = decode(split.train)
+    val_bytes = bytes(split.val.tolist())
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([train_text[i: i + 10_000] for i in range(0, len(train_text), 10_000)], trainer)
+    n_tokens = len(tok.encode(val_bytes.decode("utf-8", errors="replace")).ids)
+    return len(val_bytes) / n_tokens

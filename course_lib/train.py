@@ -27,7 +27,8 @@ __all__ = ["TrainConfig", "History", "lr_at", "evaluate", "train"]
 @dataclass(frozen=True)
 class TrainConfig:
     """How to train: the token budget ``n_tokens`` (rounded to whole steps), the batch shape and
-    the optimiser. ``eval_every`` is in steps (0 = only at the end)."""
+    the optimiser. ``eval_every`` is in steps (0 = only at the end);
+    ``eval_batches=None`` scores the whole validation split (see ``evaluate``)."""
 
     n_tokens: int
     batch_size: int = 16
@@ -38,7 +39,7 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 1.0
     eval_every: int = 0
-    eval_batches: int = 16
+    eval_batches: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -51,7 +52,8 @@ class TrainConfig:
         positive("weight_decay", self.weight_decay, allow_zero=True)
         positive("grad_clip", self.grad_clip)
         positive_int("eval_every", self.eval_every, minimum=0)
-        positive_int("eval_batches", self.eval_batches)
+        if self.eval_batches is not None:
+            positive_int("eval_batches", self.eval_batches)
 
     def steps(self, seq_len: int) -> int:
         """Optimiser steps needed to consume ``n_tokens`` (at least one)."""
@@ -101,19 +103,37 @@ def lr_at(step: int, total_steps: int, peak: float, warmup_frac: float = 0.05,
 
 
 @torch.no_grad()
-def evaluate(model: GPT, data: torch.Tensor, batch_size: int = 16, n_batches: int = 16,
+def evaluate(model: GPT, data: torch.Tensor, batch_size: int = 16, n_batches: int | None = None,
              seed: int = 1234) -> float:
-    """Mean cross-entropy (nats per byte) of ``model`` on ``n_batches`` fixed random batches of
-    ``data``; the batches depend only on ``seed``, so every model is scored on the same text."""
-    gen = torch.Generator().manual_seed(seed)
+    """Mean cross-entropy (nats per token = per byte) of ``model`` on ``data``.
+
+    ``n_batches=None`` scores every non-overlapping ``seq_len`` window of ``data`` once, in
+    order (the exact, noise-free number to compare models with); an integer instead draws that
+    many random batches from a generator seeded with ``seed`` (cheaper, same for every model).
+    """
+    batch_size = positive_int("batch_size", batch_size)
+    seq_len = model.cfg.seq_len
     was_training = model.training
     model.eval()
-    total = 0.0
-    for _ in range(positive_int("n_batches", n_batches)):
-        x, y = corpus_mod.get_batch(data, batch_size, model.cfg.seq_len, gen)
-        total += model(x, y)[1].item()
+    total, count = 0.0, 0
+    if n_batches is None:
+        n_win = (data.numel() - 1) // seq_len
+        if n_win < 1:
+            raise ValueError(f"data of {data.numel()} tokens is shorter than seq_len={seq_len}")
+        x_all = data[: n_win * seq_len].long().view(n_win, seq_len)
+        y_all = data[1: n_win * seq_len + 1].long().view(n_win, seq_len)
+        for i in range(0, n_win, batch_size):
+            x, y = x_all[i: i + batch_size], y_all[i: i + batch_size]
+            total += model(x, y)[1].item() * x.numel()
+            count += x.numel()
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        for _ in range(positive_int("n_batches", n_batches)):
+            x, y = corpus_mod.get_batch(data, batch_size, seq_len, gen)
+            total += model(x, y)[1].item() * x.numel()
+            count += x.numel()
     model.train(was_training)
-    return total / n_batches
+    return total / count
 
 
 def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
@@ -140,6 +160,7 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.CorpusSplit 
     total = cfg.steps(model_cfg.seq_len)
     hist = History(n_params=model.n_params())
     t0 = time.perf_counter()
+    run_sum, run_n = 0.0, 0
     for step in range(total):
         lr = lr_at(step, total, cfg.lr, cfg.warmup_frac, cfg.min_lr_ratio)
         for group in opt.param_groups:
@@ -150,12 +171,15 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.CorpusSplit 
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
+        run_sum, run_n = run_sum + float(loss.item()), run_n + 1
         done = step + 1
         if done == total or (cfg.eval_every and done % cfg.eval_every == 0):
             hist.steps.append(done)
             hist.tokens.append(done * cfg.batch_size * model_cfg.seq_len)
-            hist.train_loss.append(float(loss.item()))
-            hist.val_loss.append(evaluate(model, split.val, cfg.batch_size, cfg.eval_batches))
+            hist.train_loss.append(run_sum / run_n)  # mean batch loss since the last eval
+            run_sum, run_n = 0.0, 0
+            eval_bs = cfg.batch_size if cfg.eval_batches else 64  # full pass: batch size is free
+            hist.val_loss.append(evaluate(model, split.val, eval_bs, cfg.eval_batches))
             hist.lr.append(lr)
         if progress is not None:
             progress(done, total)
