@@ -125,8 +125,10 @@ CLAIMS: tuple[Claim, ...] = (
           "data-dependent torch.sum bug.", "OpenAI, Pre-Training GPT-4.5 (2025 video)",
           ("book/07_fp16.md#sec-07-anecdote",)),
     Claim(18, "PipelineRL: in-flight weight updates so the next step's sequences come from the newest "
-              "policy.", "TRUE", "~2× faster learning on 128 H100s while staying nearly on-policy.",
-          "piche2025pipelinerl", ()),
+              "policy.", "TRUE, with caveats", "~2× faster learning on 128 H100s while staying nearly "
+              "on-policy; but a long sequence mixes policy versions, and most of its tokens come from older "
+              "ones (measured lag in the lab).",
+          "piche2025pipelinerl", ("book/10_pipeline_rl.md#sec-10-lag", "book/10_pipeline_rl.md#sec-10-real")),
     Claim(19, "More accelerators in one fast domain (TPU pods) make FSDP friendlier.", "TRUE",
           "Per-GPU FSDP traffic is ≈3Ψ regardless of n; what matters is the bandwidth of the links it "
           "crosses, so larger NVLink/ICI domains (NVL72, TPU slices) keep more of it fast.",

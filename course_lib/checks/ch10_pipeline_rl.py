@@ -1,0 +1,226 @@
+"""Graded questions of chapter 10, "Pipeline RL". The value questions take their references from
+``course_lib.rl.simulate``; the swap question runs the student's function inside a real actor
+process that receives real weight broadcasts from a learner process (``drill_worker``)."""
+from __future__ import annotations
+
+import inspect
+import textwrap
+import time
+
+from course_lib.grading import Mistake, Question
+from course_lib.rl import simulate
+from course_lib.rl.task import LengthDist
+
+# one length distribution for the value questions: most answers are short, a few hit 16k
+LENGTHS = LengthDist((1000, 2000, 4000, 8000, 16000), (0.50, 0.25, 0.15, 0.07, 0.03))
+SYNC_BATCH = 16                 # sequences started together in a synchronous step
+T_DECODE = 0.025                # s per decode step
+T_TRAIN = 60.0                  # s per optimizer step (sync question)
+N_ACTORS, SLOTS, BATCH = 32, 16, 1024     # the in-flight cluster
+T_TRAIN_CLUSTER = 150.0
+T_DELAY = 30.0                  # s from a full batch to new weights in use
+DRILL_VERSIONS = 5
+DRILL_INTERVAL = 0.05           # s the learner pauses after each delivered version
+
+_PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.25, not 25).")
+
+
+def _seq_weighted_lag() -> float:
+    delta = simulate.pipeline_period(LENGTHS, N_ACTORS, SLOTS, BATCH, T_DECODE)
+    return (T_DECODE * LENGTHS.mean() / 2 + T_DELAY) / delta
+
+
+# ----------------------------------------------------------------------------- the swap drill
+def drill_worker(ctx, swap_source: str, swap_name: str, versions: int = DRILL_VERSIONS,
+                 interval: float = DRILL_INTERVAL, max_len: int = 16, budget_s: float = 15.0) -> dict:
+    """Rank 0 publishes weights versions 0 … versions−1, each ``interval`` s after the previous
+    one was delivered, then STOP; rank 1 decodes with a tiny policy and calls the shipped swap
+    function before every step, checking the parameters against the exact published weights
+    before and after each call."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.utils import parameters_to_vector
+    from course_lib.rl import actors, task
+
+    wg = dist.new_group([0, 1], backend="gloo")
+
+    def weights(v: int):
+        m = task.make_policy(max_len, seed=0)
+        with torch.no_grad():
+            for i, p in enumerate(m.parameters()):
+                p.add_(0.01 * (v + 1) * (i + 1))          # every tensor moves differently
+        return m
+
+    if ctx.rank == 0:
+        works = []
+        for v in range(versions):
+            works.append(actors.publish(weights(v), v, wg))
+            works[-1][0].wait()                           # delivered: the actor swaps it in …
+            time.sleep(interval)                          # … and keeps decoding meanwhile
+        works.append(actors.publish(weights(versions), actors.STOP, wg))
+        flag = torch.zeros(1)
+        dist.recv(flag, src=1, group=ctx.group)
+        if flag[0] == 1:                                  # complete the receive posted after STOP
+            works.append(actors.publish(weights(versions), -2, wg))
+        for w, _ in works:
+            w.wait()
+        return {}
+    namespace: dict = {}
+    exec(compile(swap_source, f"<your {swap_name}>", "exec"), namespace)
+    swap = namespace[swap_name]
+    model = task.make_policy(max_len, seed=1)
+    refs = [parameters_to_vector(weights(v).parameters()).detach() for v in range(versions)]
+    buf = torch.zeros(2 + refs[0].numel())
+    pending = actors.post_receive(buf, wg)
+    x = torch.randint(0, 10, (4, max_len), generator=torch.Generator().manual_seed(0))
+    claimed, calls, nones, seen, wrong, drift, stopped = None, 0, 0, [], [], [], False
+    t_end = time.monotonic() + budget_s
+    while time.monotonic() < t_end:
+        current = parameters_to_vector(model.parameters()).detach()
+        if claimed is not None and not torch.equal(current, refs[claimed]):
+            drift.append(claimed)
+        pending, v = swap(model, pending, buf, wg)
+        calls += 1
+        if v is None:
+            nones += 1
+        elif int(v) == actors.STOP:
+            stopped = True
+            break
+        else:
+            seen.append(int(v))
+            ok = 0 <= int(v) < versions
+            if ok and torch.equal(parameters_to_vector(model.parameters()).detach(), refs[int(v)]):
+                claimed = int(v)
+            else:
+                wrong.append(int(v))
+                claimed = None
+        with torch.no_grad():
+            model(x)                                      # one decode step's worth of work
+    reposted = hasattr(pending, "is_completed") and not pending.is_completed()
+    dist.send(torch.ones(1) if reposted else torch.zeros(1), dst=0, group=ctx.group)
+    if reposted:
+        pending.wait()
+    return {"calls": calls, "nones": nones, "seen": seen, "wrong": wrong, "drift": drift,
+            "stopped": stopped, "reposted": reposted}
+
+
+def grade_swap(fn) -> tuple[float, str]:
+    """Run ``fn`` as the swap step of a real actor (2 processes) and score what it did."""
+    from course_lib.dist import RankError, launch
+    if not callable(fn) or not hasattr(fn, "__name__"):
+        return 0.0, "Pass the function itself (check('swap_weights', maybe_swap)), not its result."
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return 0.0, "Could not read the source of your function; define it with def in a notebook cell."
+    try:
+        res = launch(drill_worker, 2, timeout=40.0, swap_source=source, swap_name=fn.__name__)[1]
+    except RankError as e:
+        last = [line for line in e.remote_traceback.strip().splitlines() if line.strip()][-1]
+        if last.startswith("NotImplementedError"):
+            return 0.0, f"not implemented ({last})"
+        tip = (" It runs in a fresh process: import torch and torch.distributed inside the function."
+               if "NameError" in last else "")
+        return 0.0, f"Your function raised inside the actor process (rank {e.rank}): {last}.{tip}"
+    except TimeoutError:
+        return 0.0, ("The run hung: the learner's broadcasts were never all received. Post the next "
+                     "receive (dist.broadcast(buf, src=0, group=group, async_op=True)) after every swap.")
+    score, notes = 0.0, []
+    if res["seen"] == list(range(DRILL_VERSIONS)) and not res["wrong"]:
+        score += 0.3
+    elif res["wrong"]:
+        notes.append(f"after reporting version {res['wrong'][0]} the parameters were not the published "
+                     f"ones: copy buf[2:] into model.parameters() in order (buf[0] is the version, "
+                     f"buf[1] the publish time)")
+    else:
+        notes.append(f"you reported versions {res['seen']} instead of {list(range(DRILL_VERSIONS))}: "
+                     f"return int(buf[0]) once per completed broadcast and post the next receive")
+    if not res["drift"]:
+        score += 0.2
+    else:
+        notes.append("the parameters changed between two swaps: they share memory with the receive "
+                     "buffer (vector_to_parameters or .data = … aliases it), so the next broadcast "
+                     "overwrites the weights in the middle of generation; copy the values")
+    if res["nones"] > 0:
+        score += 0.3
+    else:
+        notes.append(f"none of your {res['calls']} calls returned without new weights, although the "
+                     f"learner paused {1e3 * DRILL_INTERVAL:g} ms between versions: your swap waits for "
+                     f"the learner; check pending.is_completed() and return (pending, None) when it is False")
+    if res["stopped"] and not res["reposted"]:
+        score += 0.2
+    elif res["stopped"]:
+        notes.append("on the stop message (version −1) do not post another receive; return (None, −1)")
+    else:
+        notes.append("the stop message (version −1) was never reported: return (None, -1) when buf[0] is −1")
+    return score, ("; ".join(notes) + ".") if notes else ""
+
+
+_E_MAX = LENGTHS.expected_max(SYNC_BATCH)
+
+QUESTIONS = [
+    Question(
+        "sync_util_gen", points=2,
+        prompt=f"Response lengths are {dict(zip(LENGTHS.lengths, LENGTHS.probs))} (tokens: probability). "
+               f"A synchronous RL step starts {SYNC_BATCH} sequences together on one generator and waits "
+               f"for all of them. What fraction of the generator's slot-steps produce a token?",
+        expected=lambda: simulate.sync_utilisation(LENGTHS, SYNC_BATCH), rtol=0.01,
+        mistakes=[Mistake.equals(LENGTHS.mean() / max(LENGTHS.lengths),
+                                 "E[L]/L_max assumes the longest possible answer is always in the batch; "
+                                 "the step lasts E[max of 16 lengths] = Σ l·(F(l)¹⁶ − F(l⁻)¹⁶) steps."),
+                  Mistake.equals(1.0, "1 would mean no stragglers: every slot waits for the longest one."),
+                  _PERCENT],
+        hint="Useful work: E[L] per slot. Time: the batch's longest sequence, E[max_16 L] = Σ_l l·(F(l)^16 − F(l−1)^16).",
+    ),
+    Question(
+        "sync_util_time", points=1,
+        prompt=f"Same step, one decode step takes {T_DECODE * 1e3:g} ms and the optimizer step that "
+               f"follows takes {T_TRAIN:g} s, during which the generator idles. Its utilisation over "
+               f"the whole RL step?",
+        expected=lambda: simulate.sync_utilisation(LENGTHS, SYNC_BATCH, T_DECODE, T_TRAIN), rtol=0.01,
+        mistakes=[Mistake.equals(simulate.sync_utilisation(LENGTHS, SYNC_BATCH),
+                                 "That is the generation phase alone; the generator also idles while the "
+                                 "learner trains."),
+                  _PERCENT],
+        hint="E[L]·t / (E[max L]·t + t_train).",
+    ),
+    Question(
+        "pipeline_period", points=1,
+        prompt=f"PipelineRL on a cluster of {N_ACTORS} generators × {SLOTS} slots, batches of {BATCH} "
+               f"sequences, same lengths and {T_DECODE * 1e3:g} ms per decode step; an optimizer step "
+               f"takes {T_TRAIN_CLUSTER:g} s on separate trainer GPUs. Seconds between optimizer steps "
+               f"in steady state?",
+        expected=lambda: simulate.pipeline_period(LENGTHS, N_ACTORS, SLOTS, BATCH, T_DECODE, T_TRAIN_CLUSTER),
+        rtol=0.01,
+        mistakes=[Mistake.equals(BATCH * LENGTHS.mean() * T_DECODE / (N_ACTORS * SLOTS),
+                                 "That is how fast the generators fill a batch; here the learner is slower, "
+                                 "and the pipeline runs at the pace of its slowest stage."),
+                  Mistake.equals(BATCH * LENGTHS.mean() * T_DECODE / (N_ACTORS * SLOTS) + T_TRAIN_CLUSTER,
+                                 "Generation and training overlap in PipelineRL: take the slower of the two, "
+                                 "not their sum.")],
+        hint="Generation: B·E[L] tokens at n·S tokens per decode step. The period is the slower of that and training.",
+    ),
+    Question(
+        "lag_inflight", points=2,
+        prompt=f"Same cluster, but training is fast: a full batch turns into new weights in use "
+               f"{T_DELAY:g} s later. Token-weighted mean policy lag (in versions) under in-flight "
+               f"updates, in steady state?",
+        expected=lambda: simulate.expected_lag(LENGTHS, N_ACTORS, SLOTS, BATCH, T_DECODE, T_DELAY),
+        rtol=0.02,
+        mistakes=[Mistake.equals(_seq_weighted_lag(),
+                                 "You averaged over sequences (age E[L]/2); a random *token* sits in a long "
+                                 "sequence more often (the inspection paradox): E_tok[age] = t·E[L²]/(2E[L]).",
+                                 rtol=0.02),
+                  Mistake.equals(simulate.expected_lag(LENGTHS, N_ACTORS, SLOTS, BATCH, T_DECODE),
+                                 "You left out the delay between a full batch and the new weights.", rtol=0.02)],
+        hint="Δ = B·E[L]·t/(n·S) between versions; lag = (t·E[L²]/(2E[L]) + delay)/Δ.",
+    ),
+    Question(
+        "swap_weights", points=3,
+        prompt="Write maybe_swap(model, pending, buf, group), the in-flight weight swap an actor calls "
+               "between two decode steps (contract in the notebook). It is graded on two real processes.",
+        grader=grade_swap,
+        hint="if not pending.is_completed(): return pending, None — then wait(), read int(buf[0]), copy "
+             "buf[2:] into the parameters in order, repost dist.broadcast(buf, src=0, group=group, async_op=True).",
+    ),
+]

@@ -1,0 +1,15 @@
+"""Reinforcement learning with verifiable rewards, three ways: synchronous, asynchronous on stale
+weights, and PipelineRL's in-flight weight updates (chapter 10).
+
+* ``task`` — the toy task (count on from a digit, every step verified), its heavy-tailed length
+  distribution ``LengthDist`` with E[L], E[L²] and E[max of n], the policy (the course's tiny GPT)
+  with a KV-cached, continuously batched decoder, and the truncated-importance-weight
+  policy-gradient loss.
+* ``actors`` — real processes on ``torch.distributed``: one learner and n actors that exchange
+  finished sequences (point-to-point) and weights (an asynchronous broadcast each actor polls
+  between two decode steps: ``swap_weights``). ``actors.run(mode)`` returns a measured ``Trace``.
+* ``simulate`` — the ``Trace`` and its metrics (utilisation, tokens/s, lag), the closed forms
+  (``sync_utilisation``, ``pipeline_period``, ``expected_lag``), a discrete-event simulator that
+  follows the same rules as the real processes and draws from the same problem streams, and
+  ``draw`` for timelines of real and simulated runs alike.
+"""
