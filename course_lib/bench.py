@@ -1,0 +1,97 @@
+"""``make bench``: the course's performance budget and the measured-vs-theory ratios, in one run.
+
+Prints (1) each lab and solutions notebook's execution time on this machine against the 90 s
+budget, (2) the ratios the book quotes, each measured now by the same library calls the labs make,
+and optionally (3) the wall time of the whole test suite (``--tests``). Results also go to
+``build/bench.json`` so a CI job can keep them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET_S = 90.0
+
+
+def time_notebook(path: Path, timeout: float = 600) -> float:
+    """Seconds to execute ``path`` in a fresh kernel from its own folder (the file is not changed)."""
+    import nbformat
+    from nbclient import NotebookClient
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    t0 = time.perf_counter()
+    client.execute()
+    return time.perf_counter() - t0
+
+
+def ratios() -> list[tuple[str, float, str]]:
+    """(what, measured/theory ratio, how) for every ratio the book quotes that this tree can measure."""
+    rows: list[tuple[str, float, str]] = []
+    import torch
+
+    from .flop_count import count_flops, theory_flops
+    from .model import GPT, GPTConfig
+    cfg = GPTConfig(seq_len=64, d_model=64, n_layers=2, n_heads=2)
+    m = GPT(cfg)
+    idx = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
+    got = count_flops(m, idx, backward=True)
+    want = theory_flops(m.matmul_params(), 2, 64, 64, idx.numel(), backward=True)
+    rows.append(("training-step matmul FLOPs / 6N·tokens", got.dense / want.dense, "FlopCounterMode"))
+    from . import numerics
+    rows.append(("FP16 sum of 10,000 ones / 2048", numerics.sequential_sum(1.0, 10_000, torch.float16) / 2048,
+                 "real float16 accumulation"))
+    for name, fn in _chapter_hooks():
+        try:
+            rows.extend(fn())
+        except Exception as exc:  # a chapter's hook failing must not hide the others
+            rows.append((f"{name}: FAILED ({type(exc).__name__}: {exc})", float("nan"), ""))
+    return rows
+
+
+def _chapter_hooks():
+    """Chapters that expose ``bench_rows()`` (module-level) contribute their measured ratios."""
+    import importlib
+    for mod in ("course_lib.parallel.dp_demos", "course_lib.parallel.pipeline_run", "course_lib.rl.actors"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        if hasattr(m, "bench_rows"):
+            yield mod, m.bench_rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__)
+    ap.add_argument("--tests", action="store_true", help="also time the whole test suite (make test)")
+    ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench.json")
+    args = ap.parse_args(argv)
+    report: dict = {"notebooks": {}, "ratios": [], "test_seconds": None}
+    print("notebook execution times (budget 90 s each)")
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb")):
+        secs = time_notebook(path)
+        report["notebooks"][str(path.relative_to(ROOT))] = round(secs, 1)
+        print(f"  {str(path.relative_to(ROOT)):42s} {secs:6.1f} s  {'ok' if secs <= BUDGET_S else 'OVER BUDGET'}")
+    print("\nmeasured / theory")
+    for what, ratio, how in ratios():
+        report["ratios"].append({"what": what, "ratio": ratio, "how": how})
+        print(f"  {what:58s} {ratio:8.3f}  ({how})")
+    if args.tests:
+        t0 = time.perf_counter()
+        rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "--nbval", "--nbval-current-env",
+                              "--ignore=tests/fixtures", "tests", "notebooks", "solutions"], cwd=ROOT)
+        report["test_seconds"] = round(time.perf_counter() - t0, 1)
+        print(f"\nwhole test suite: {report['test_seconds']} s (budget 900 s), exit code {rc}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"\nwritten {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
