@@ -76,7 +76,7 @@ CLAIMS: tuple[Claim, ...] = (
           "a little lower.", "NVIDIA B300 documentation", ("book/01_flops.md#sec-01-days",)),
     Claim(5, "Pipeline bubbles: the last stages idle at the start, the first at the end.", "TRUE",
           "Bubble = (p−1)/(m+p−1) of wall time for GPipe and 1F1B alike; 1F1B bounds activation memory by p "
-          "instead of m.", "huang2019gpipe", ()),
+          "instead of m.", "huang2019gpipe", ("book/05_pipeline.md#sec-05-bubble", "book/05_pipeline.md#sec-05-1f1b")),
     Claim(6, "Distilling 1T tokens from Opus 4.6 at $25/MTok costs $25M.", "TRUE, with caveats",
           "${distill}M is the output-only list price; the Batch API halves it to ${distill_batch}M, input "
           "tokens add cost, and provider terms forbid training competing models on outputs.",

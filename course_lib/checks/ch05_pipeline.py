@@ -1,0 +1,170 @@
+"""Graded questions of chapter 5, "Pipeline parallelism". References come from course_lib.pipeline,
+the schedule generators and the partitioner; the two function questions are graded by running the
+exact schedule simulator and by recomputing the optimal partition."""
+from course_lib import pipeline
+from course_lib.grading import Mistake, Question
+from course_lib.parallel import partition
+from course_lib.parallel.pipeline_schedules import parse_ops, schedule
+
+_PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.18, not 18).")
+
+# the 1F1B order question: stage ORDER_STAGE of ORDER_P stages, ORDER_M microbatches
+ORDER_P, ORDER_M, ORDER_STAGE = 4, 6, 1
+
+# the partition question: embedding, 10 blocks alternating global (1.4 ms) and sliding-window
+# (1.0 ms) attention, then final norm + LM head + loss (3.2 ms); 4 stages
+PARTITION_COSTS = [0.2] + [1.4, 1.0] * 5 + [3.2]
+PARTITION_P = 4
+
+# the imbalance question: per-microbatch forward times of 4 stages (ms); backward = 2 × forward
+IMBALANCE_TF = [10.0, 10.0, 10.0, 20.0]
+IMBALANCE_M = 8
+
+
+def _grade_order(answer) -> tuple[float, str]:
+    """Put the student's order on stage ORDER_STAGE, 1F1B on the others, and simulate it."""
+    try:
+        ops = parse_ops(answer)
+    except ValueError as e:
+        return 0.0, f"{e}."
+    orders = schedule("1f1b", ORDER_P, ORDER_M)
+    orders[ORDER_STAGE] = ops
+    try:
+        tl = pipeline.simulate(orders, t_forward=1.0, t_backward=2.0)
+    except pipeline.ScheduleError as e:
+        text = str(e)
+        if text.startswith("deadlock"):
+            return 0.0, (f"With the other stages running 1F1B your order can never finish ({text}). "
+                         f"A stage cannot run ahead with all forwards while its neighbours already "
+                         f"wait for backwards (GPipe and 1F1B do not mix).")
+        return 0.0, f"Not a complete order: {text.removeprefix(f'rank {ORDER_STAGE}: ')}."
+    ref = pipeline.simulate("1f1b", ORDER_P, ORDER_M, t_forward=1.0, t_backward=2.0).makespan()
+    limit = ORDER_P - ORDER_STAGE
+    peak = int(tl.peak_in_flight[ORDER_STAGE])
+    score, notes = 0.2, []
+    if peak <= limit:
+        score += 0.4
+    else:
+        notes.append(f"it keeps the activations of {peak} microbatches alive at once; 1F1B's point is "
+                     f"memory: at most p − s = {limit} on this stage (start backwards after "
+                     f"p − s − 1 = {limit - 1} warm-up forwards)")
+    if tl.makespan() <= ref + 1e-9:
+        score += 0.4
+    else:
+        why = (f"; with at most {peak} microbatches in flight it asks for backwards before they can "
+               f"arrive — use p − s − 1 = {limit - 1} warm-up forwards" if peak < limit else "")
+        notes.append(f"the step takes {tl.makespan():.4g} time units instead of {ref:.4g} "
+                     f"(t_f = 1, t_b = 2): your order stalls its neighbours{why}")
+    if not notes:
+        return 1.0, ""
+    return score, "Your order runs without deadlock, but " + "; and ".join(notes) + "."
+
+
+def _grade_partition(answer) -> tuple[float, str]:
+    """Accept any split whose slowest stage is as fast as the optimum."""
+    n = len(PARTITION_COSTS)
+    try:
+        sizes = partition.check_sizes(list(answer), n, PARTITION_P)
+    except (TypeError, ValueError) as e:
+        return 0.0, (f"Give the number of layers of each of the {PARTITION_P} stages, e.g. "
+                     f"[3, 3, 3, 3] ({e}).")
+    worst = max(partition.stage_costs(PARTITION_COSTS, sizes))
+    best = max(partition.stage_costs(PARTITION_COSTS, partition.balanced_partition(PARTITION_COSTS, PARTITION_P)))
+    if worst <= best + 1e-9:
+        return 1.0, ""
+    even = max(partition.stage_costs(PARTITION_COSTS, partition.even_partition(n, PARTITION_P)))
+    tip = (" That is the equal-layer-count split: the stage holding the LM head becomes the bottleneck."
+           if abs(worst - even) < 1e-9 else "")
+    return (0.5 if worst <= 1.1 * best else 0.0), (
+        f"Your slowest stage costs {worst:.3g} ms per microbatch; a better split reaches {best:.3g} ms "
+        f"(the whole pipeline moves at the pace of its slowest stage).{tip}")
+
+
+QUESTIONS = [
+    Question(
+        "bubble_p8_m32", points=1,
+        prompt="GPipe or 1F1B with p = 8 stages and m = 32 microbatches: what fraction of the step's "
+               "wall time does each rank sit idle (the bubble)?",
+        expected=lambda: pipeline.bubble_fraction(8, 32), rtol=0.01,
+        mistakes=[Mistake.ratio(39 / 32, "That is (p−1)/m = 7/32, the bubble relative to the ideal "
+                                         "time (Megatron's normalisation); the share of wall time is "
+                                         "(p−1)/(m+p−1)."),
+                  Mistake.equals(8 / 40, "p/(m+p) counts one stage too many: the fill and the drain "
+                                         "take p − 1 slots each."),
+                  _PERCENT],
+        hint="Wall time = (m + p − 1) slots of (t_f + t_b); each rank works m of them.",
+    ),
+    Question(
+        "bubble_interleaved", points=1,
+        prompt="Same pipeline (p = 8, m = 32) with the interleaved schedule, v = 4 model chunks per "
+               "rank: the bubble as a fraction of wall time?",
+        expected=lambda: pipeline.bubble_fraction(8, 32, v=4), rtol=0.01,
+        mistakes=[Mistake.ratio((7 / 39) / (7 / 135), "You left out the interleaving: v chunks per rank "
+                                                      "make each fill/drain slot v times shorter."),
+                  Mistake.ratio((7 / 128) / (7 / 135), "That is (p−1)/(v·m), relative to the ideal time; "
+                                                       "as a share of wall time it is (p−1)/(v·m + p − 1)."),
+                  _PERCENT],
+        hint="Interleaving divides the bubble time by v: (p−1)/(v·m + p − 1).",
+    ),
+    Question(
+        "min_mb_p16", points=2,
+        prompt="p = 16 stages (no interleaving). Smallest number of microbatches m that keeps the bubble "
+               "at or below 5% of wall time?",
+        expected=lambda: pipeline.min_microbatches(16, 0.05), rtol=0, atol=0.5,
+        mistakes=[Mistake.equals(300, "300 makes (p−1)/m = 5%, the bubble relative to the ideal time; "
+                                      "for 5% of wall time solve (p−1)/(m+p−1) ≤ 0.05."),
+                  Mistake.equals(284, "One short: round m up; with 284 the bubble is just above 5%."),
+                  Mistake.equals(64, "m ≥ 4p is GPipe's rule of thumb (it gives a 19% bubble here), not "
+                                     "the answer to this target.")],
+        hint="(p−1)/(m+p−1) ≤ f  ⇔  m ≥ (p−1)(1−f)/f; round up.",
+    ),
+    Question(
+        "stash_1f1b_stage3", points=1,
+        prompt="p = 8, m = 32. One microbatch's activations on stage 3 (counting from 0) take 1.5 GB. "
+               "Peak activation memory of stage 3 under 1F1B, in GB?",
+        expected=lambda: 1.5 * pipeline.peak_in_flight("1f1b", 8, 32, 3), rtol=0.01,
+        mistakes=[Mistake.equals(48, "48 GB is GPipe: all 32 microbatches are stashed before the first "
+                                     "backward. 1F1B keeps only p − s in flight."),
+                  Mistake.equals(12, "p microbatches is the bound of stage 0; stage s holds p − s."),
+                  Mistake.equals(6, "One short: stage s runs p − s − 1 warm-up forwards and then one more "
+                                    "forward before its first backward, so p − s are alive."),
+                  Mistake.ratio(1e9, "Give the answer in GB, not bytes.")],
+        hint="1F1B: stage s has at most p − s microbatches in flight.",
+    ),
+    Question(
+        "imbalanced_step_ms", points=2,
+        prompt=f"GPipe, m = {IMBALANCE_M}, four stages whose forward passes take {IMBALANCE_TF} ms per "
+               f"microbatch (the last stage carries the LM head); every backward takes twice its forward. "
+               f"Step time in ms (communication free)?",
+        expected=lambda: pipeline.simulate("gpipe", 4, IMBALANCE_M, t_forward=IMBALANCE_TF,
+                                           t_backward=[2 * t for t in IMBALANCE_TF]).makespan(),
+        rtol=0.01,
+        mistakes=[Mistake.equals(11 * 3 * 12.5, "412.5 ms uses the mean stage time in (m+p−1)(t_f+t_b); "
+                                                "the pipeline moves at the pace of its slowest stage."),
+                  Mistake.equals(11 * 3 * 20.0, "660 ms assumes every stage is as slow as the slowest; "
+                                                "fill and drain pass each stage once at its own speed: "
+                                                "Σ t_s + (m−1)·max t_s per phase."),
+                  Mistake.ratio(1e-3, "Give milliseconds, not seconds.")],
+        hint="Each phase is a flow shop of identical jobs: Σ_s t_s + (m − 1)·max_s t_s. Or simulate it.",
+    ),
+    Question(
+        "order_1f1b", points=3,
+        prompt=f"Write the 1F1B order of operations of stage {ORDER_STAGE} in a pipeline of p = {ORDER_P} "
+               f"stages with m = {ORDER_M} microbatches, as a list like ['F0', 'F1', 'B0', ...]. It is "
+               f"graded by simulating it with the other stages running 1F1B: it must not deadlock, must "
+               f"not stash more than p − s microbatches, and must not slow the step down.",
+        grader=_grade_order,
+        hint="p − s − 1 warm-up forwards, then alternate one forward and one backward, then the "
+             "remaining backwards.",
+    ),
+    Question(
+        "partition", points=2,
+        prompt=f"Layer costs (ms per microbatch, forward + backward): {PARTITION_COSTS} — embedding, ten "
+               f"blocks alternating global and sliding-window attention, LM head + loss. Split them into "
+               f"{PARTITION_P} contiguous stages (give the number of layers per stage) so that the "
+               f"slowest stage is as fast as possible.",
+        grader=_grade_partition,
+        hint="Minimise the most expensive stage; try a bound T and pack layers greedily while the stage "
+             "stays ≤ T (or use course_lib.parallel.partition.balanced_partition to check).",
+    ),
+]

@@ -1,0 +1,407 @@
+"""A real pipeline-parallel executor: the tiny GPT cut into stages over processes, p2p send/recv.
+
+The model is viewed as a list of *layers* — ``embed`` (token + position embeddings), ``blocks.0``
+… ``blocks.{L−1}``, ``head`` (final LayerNorm + LM head) — and cut into contiguous stages by
+layer counts (``sizes``, see ``partition``). Every rank builds the whole ``GPT(cfg, seed)`` and
+keeps its stage(s), so stage parameters are bit-identical to the single-process model's and the
+gradients can be compared name by name.
+
+``execute_step`` runs any per-rank op order from ``pipeline_schedules`` (GPipe, 1F1B,
+interleaved): a forward receives its input activation from the previous rank (blocking
+``recv``), runs the stage and posts the output with ``isend``; a backward receives the output
+gradient from the next rank, back-propagates and ``isend``s the input gradient. Sends never
+block, so any dependency-respecting order runs without deadlock. Every forward, backward,
+blocking receive and optimizer step is timed on the shared monotonic clock and returned as a
+``gantt.Timeline``; a saved-tensor hook counts the bytes autograd stashes for the backward pass
+and records their peak (``ActivationMeter``).
+
+``pipeline_worker`` and ``torch_pipelining_worker`` are what ``course_lib.dist.launch`` starts on
+every rank; ``run_pipeline``, ``compare_with_torch`` and ``reference_step`` are the one-call
+experiments the lab and the book use (``partition.measure_layer_costs`` is the fourth).
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .._validate import choice, positive_int
+from ..dist import launch
+from ..gantt import Event, Timeline
+from ..model import GPT, GPTConfig
+from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
+from .pipeline_schedules import SCHEDULES, Op, schedule
+
+__all__ = ["ActivationMeter", "execute_step", "default_sizes", "pipeline_worker", "torch_pipelining_worker",
+           "RunResult", "run_pipeline", "reference_step", "compare_with_torch", "max_abs_diff"]
+
+
+class ActivationMeter:
+    """Bytes that autograd keeps for the backward pass, live and peak, measured with
+    ``torch.autograd.graph.saved_tensors_hooks``: each saved tensor is wrapped in a handle whose
+    destruction (when autograd frees it after the backward) releases its storage's bytes.
+    Parameters (saved by every Linear) are excluded; storages shared by several saved tensors
+    count once."""
+
+    def __init__(self, exclude: Sequence[torch.Tensor] = ()) -> None:
+        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
+        self.refs: dict[int, int] = {}
+        self.size: dict[int, int] = {}
+        self.live = 0
+        self.peak = 0
+
+    def _pack(self, t: torch.Tensor):
+        key = t.untyped_storage().data_ptr()
+        if key in self.exclude or t.untyped_storage().nbytes() == 0:
+            return t
+        if key not in self.refs:
+            self.refs[key], self.size[key] = 0, t.untyped_storage().nbytes()
+            self.live += self.size[key]
+            self.peak = max(self.peak, self.live)
+        self.refs[key] += 1
+        return _Held(self, key, t)
+
+    def _release(self, key: int) -> None:
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            self.live -= self.size.pop(key)
+            del self.refs[key]
+
+    def track(self):
+        """Context manager: tensors saved for backward inside it are counted."""
+        return torch.autograd.graph.saved_tensors_hooks(
+            self._pack, lambda h: h.t if isinstance(h, _Held) else h)
+
+
+class _Held:
+    __slots__ = ("meter", "key", "t")
+
+    def __init__(self, meter: ActivationMeter, key: int, t: torch.Tensor) -> None:
+        self.meter, self.key, self.t = meter, key, t
+
+    def __del__(self) -> None:
+        self.meter._release(self.key)
+
+
+def _clock(device: torch.device):
+    """``time.perf_counter`` (CLOCK_MONOTONIC, the same clock in every process of the machine);
+    on a GPU it first waits for the queued kernels, so an op's interval covers its real work."""
+    if device.type == "cuda":
+        return lambda: (torch.cuda.synchronize(device), time.perf_counter())[1]
+    return time.perf_counter
+
+
+def _tag(kind: str, mb: int, stage: int, m: int) -> int:
+    """A unique p2p tag for the activation (kind "F") or gradient ("B") entering ``stage``."""
+    return (2 * stage + (kind == "B")) * m + mb
+
+
+def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch.Tensor,
+                 y: torch.Tensor, *, m: int, step: int = 0, meter: ActivationMeter | None = None
+                 ) -> tuple[list[Event], float]:
+    """Run one pipeline step's forwards and backwards on this rank in the order ``ops``.
+
+    ``chunks[c]`` is global stage ``c·p + rank``; ``x``/``y`` are the whole batch (only the first
+    stage reads ``x``, only the last reads ``y``). The loss of each microbatch is divided by
+    ``m`` so the accumulated gradients equal the full batch's mean-loss gradients. Returns the
+    recorded events and the summed loss (0 on ranks without the last stage).
+    """
+    p, r, group = ctx.world_size, ctx.rank, ctx.group
+    n_stages = p * len(chunks)
+    # each microbatch in its own storage, as if it came separately from the data loader
+    xs, ys = [t.clone() for t in x.chunk(m)], [t.clone() for t in y.chunk(m)]
+    shape = (xs[0].shape[0], x.shape[1], chunks[0].d_model)
+    stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    sends, events, loss_sum = [], [], 0.0
+    clock = _clock(x.device)
+
+    def recv(kind: str, mb: int, g: int, src: int) -> torch.Tensor:
+        buf = torch.empty(shape, device=x.device)
+        t0 = clock()
+        dist.recv(buf, src=src, group=group, tag=_tag(kind, mb, g, m))
+        events.append(Event(r, "recv", mb, t0, clock(), g // p, step))
+        return buf
+
+    for op in ops:
+        c, g = op.chunk, op.chunk * p + r
+        if op.kind == "F":
+            inp = xs[op.mb] if g == 0 else recv("F", op.mb, g, (r - 1) % p).requires_grad_()
+            t0, c0 = clock(), time.thread_time()
+            with meter.track() if meter else contextlib.nullcontext():
+                out = chunks[c](inp)
+                if g == n_stages - 1:
+                    out = F.cross_entropy(out.flatten(0, 1), ys[op.mb].flatten()) / m
+            events.append(Event(r, "F", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+            stash[(op.mb, c)] = (inp, out)
+            if g < n_stages - 1:
+                payload = out.detach()
+                sends.append((dist.isend(payload, dst=(r + 1) % p, group=group,
+                                         tag=_tag("F", op.mb, g + 1, m)), payload))
+            else:
+                loss_sum += out.item()
+        else:
+            inp, out = stash.pop((op.mb, c))
+            grad = None if g == n_stages - 1 else recv("B", op.mb, g, (r + 1) % p)
+            t0, c0 = clock(), time.thread_time()
+            torch.autograd.backward(out, grad)
+            events.append(Event(r, "B", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+            if g > 0:
+                sends.append((dist.isend(inp.grad, dst=(r - 1) % p, group=group,
+                                         tag=_tag("B", op.mb, g - 1, m)), inp.grad))
+    for handle, _ in sends:
+        handle.wait()
+    return events, loss_sum
+
+
+def _optimizer_step(ctx, params: list[nn.Parameter], lr: float, clip: float | None) -> None:
+    """SGD update of this rank's parameters; with ``clip`` the global gradient norm over all
+    stages is needed first — an all-reduce, i.e. a barrier across the whole pipeline."""
+    with torch.no_grad():
+        if clip is not None:
+            sq = torch.stack([p.grad.pow(2).sum() for p in params]).sum().reshape(1)
+            dist.all_reduce(sq, group=ctx.group)
+            scale = min(1.0, clip / (float(sq.sqrt()) + 1e-6))
+            for p in params:
+                p.grad.mul_(scale)
+        for p in params:
+            p.add_(p.grad, alpha=-lr)
+            p.grad = None
+
+
+def default_sizes(cfg: GPTConfig, n_stages: int, sizes: Sequence[int] | None = None) -> list[int]:
+    """``sizes`` if given, else the naive split: equal numbers of blocks per stage, with the
+    embedding riding on the first stage and the head on the last."""
+    if sizes is not None:
+        return list(sizes)
+    out = even_partition(cfg.n_layers, n_stages)
+    out[0] += 1
+    out[-1] += 1
+    return out
+
+
+def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[int] | None = None,
+                    mb_size: int = 2, seed: int = 0, lr: float = 0.05, clip: float | None = None,
+                    barrier_each_step: bool = True, return_grads: bool = False,
+                    return_params: bool = False) -> list[dict]:
+    """Rank body: train each run ``{"schedule", "m", "v", "steps", "warmup", "memory"}`` in turn.
+
+    A run may override ``cfg``, ``sizes``, ``clip``, ``barrier_each_step`` and ``grads``. Runs happen one
+    after another in this process on freshly built stages (same seed), so a sweep costs one
+    launch; ``warmup`` steps run first and are not recorded. Per run this rank returns its events
+    (as tuples), losses, per-step wall time, activation bytes (peak, and one microbatch alone)
+    and optionally its gradients after the first step / parameters after the last, keyed by the
+    GPT's parameter names.
+    """
+    out, clock = [], _clock(ctx.device)
+    for run in runs:
+        name, m, v = run.get("schedule", "1f1b"), int(run["m"]), int(run.get("v", 1))
+        steps, use_meter = int(run.get("steps", 1)), bool(run.get("memory", False))
+        rcfg, rclip = run.get("cfg", cfg), run.get("clip", clip)
+        p, warmup = ctx.world_size, int(run.get("warmup", 0))
+        stage_sizes = default_sizes(rcfg, p * v, run.get("sizes", sizes))
+        chunks = [build_stage(rcfg, stage_sizes, c * p + ctx.rank, seed).to(ctx.device) for c in range(v)]
+        params = [q for ch in chunks for q in ch.parameters()]
+        ops = schedule(name, p, m, v)[ctx.rank]
+        res: dict = {"events": [], "loss": [], "wall": [], "peak_bytes": 0, "mb_bytes": 0}
+        for _ in range(warmup):
+            x, y = make_batch(rcfg, m * mb_size, seed)
+            execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m)
+            _optimizer_step(ctx, params, lr, rclip)
+        for step in range(steps):
+            x, y = (t.to(ctx.device) for t in make_batch(rcfg, m * mb_size, seed + step))
+            meter = ActivationMeter(params) if use_meter else None
+            if step == 0 or run.get("barrier_each_step", barrier_each_step):
+                dist.barrier(group=ctx.group)
+            t0 = clock()
+            if meter is not None and step == 0:   # one microbatch alone: the unit of stashing
+                ev, _ = execute_step(ctx, chunks, [o for o in ops if o.mb == 0], x[:mb_size],
+                                     y[:mb_size], m=1, meter=meter)
+                res["mb_bytes"], meter.peak = meter.peak, 0
+                for q in params:
+                    q.grad = None
+                dist.barrier(group=ctx.group)
+                t0 = clock()
+            ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter)
+            if run.get("grads", return_grads) and step == 0:
+                res["grads"] = {n: q.grad.clone() for ch in chunks
+                                for n, q in ch.named_full_parameters().items()}
+            t1 = clock()
+            _optimizer_step(ctx, params, lr, rclip)
+            ev.append(Event(ctx.rank, "opt", -1, t1, clock(), 0, step))
+            res["events"] += [(e.rank, e.kind, e.mb, e.start, e.end, e.chunk, e.step, e.cpu) for e in ev]
+            res["loss"].append(loss)
+            res["wall"].append(clock() - t0)
+            if meter is not None:
+                res["peak_bytes"] = max(res["peak_bytes"], meter.peak)
+        if return_params:
+            res["params"] = {n: q.detach().clone() for ch in chunks
+                             for n, q in ch.named_full_parameters().items()}
+        res["sizes"] = stage_sizes
+        out.append(res)
+    return out
+
+
+def torch_pipelining_worker(ctx, cfg: GPTConfig, name: str = "1f1b", m: int = 4, mb_size: int = 2,
+                            repeats: int = 5, sizes: Sequence[int] | None = None, seed: int = 0) -> dict:
+    """Time ``torch.distributed.pipelining`` (ScheduleGPipe / Schedule1F1B) and this module's
+    executor on the same stage, alternating step by step, and return both step times and both
+    sets of first-step gradients (PyTorch's ``scale_grads`` divides by m, as our loss/m does)."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    p, r = ctx.world_size, ctx.rank
+    stage_sizes = default_sizes(cfg, p, sizes)
+    ours, theirs = (build_stage(cfg, stage_sizes, r, seed).to(ctx.device) for _ in range(2))
+    pstage = PipelineStage(theirs, r, p, ctx.device, group=ctx.group)
+    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name]
+    sched = cls(pstage, m, loss_fn=lambda out, tgt: F.cross_entropy(out.flatten(0, 1), tgt.flatten()))
+    ops = schedule(name, p, m)[r]
+    x, y = (t.to(ctx.device) for t in make_batch(cfg, m * mb_size, seed))
+    times: dict[str, list[float]] = {"scratch": [], "torch": []}
+    clock = _clock(ctx.device)
+    grads: dict[str, dict] = {}
+    for rep in range(repeats + 1):           # repetition 0 warms up (PyTorch infers shapes there)
+        for impl, mod in (("torch", theirs), ("scratch", ours)):
+            mod.zero_grad(set_to_none=True)
+            dist.barrier(group=ctx.group)
+            t0 = clock()
+            if impl == "scratch":
+                execute_step(ctx, [ours], ops, x, y, m=m)
+            elif r == 0:
+                sched.step(x)
+            elif r == p - 1:
+                sched.step(target=y, losses=[])
+            else:
+                sched.step()
+            dist.barrier(group=ctx.group)
+            if rep:
+                times[impl].append(clock() - t0)
+            else:
+                grads[impl] = {n: q.grad.clone() for n, q in mod.named_full_parameters().items()}
+    return {"times": times, "grads": grads}
+
+
+# ---------------------------------------------------------------- one-call experiments (parent side)
+
+@dataclass
+class RunResult:
+    """What one pipeline run measured, gathered from all ranks."""
+
+    schedule: str
+    p: int
+    m: int
+    v: int
+    sizes: list[int]
+    timeline: Timeline          # every rank's events of every step
+    loss: list[float]           # per step (from the last stage)
+    peak_bytes: list[int]       # per rank: most activation bytes stashed at once
+    mb_bytes: list[int]         # per rank: bytes one microbatch stashes on its own
+    grads: dict | None = None   # first-step gradients by GPT parameter name
+    params: dict | None = None  # parameters after the last step
+
+    @property
+    def steps(self) -> int:
+        return 1 + max(e.step for e in self.timeline.events)
+
+    def bubbles(self) -> list[float]:
+        """Measured bubble fraction of each step."""
+        return [self.timeline.bubble_fraction(s) for s in range(self.steps)]
+
+    def fastest_step(self) -> int:
+        """The step with the shortest makespan: the one least disturbed by other processes on
+        the machine (best-of-k, as benchmarks do)."""
+        return min(range(self.steps), key=self.timeline.makespan)
+
+    def bubble(self) -> float:
+        """Measured bubble fraction of the fastest step."""
+        return self.timeline.bubble_fraction(self.fastest_step())
+
+    def step_timeline(self, step: int | None = None) -> Timeline:
+        """The events of one step (default: the fastest), clock starting at 0."""
+        step = self.fastest_step() if step is None else step
+        return Timeline(self.p, [e for e in self.timeline.events if e.step == step]).shifted()
+
+
+def _merge(per_rank: list[dict], key: str) -> dict | None:
+    """One name → tensor dict from every rank's part (None if the ranks returned none)."""
+    return {k: t for r in per_rank for k, t in r.get(key, {}).items()} or None
+
+
+def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"schedule": "1f1b", "m": 4},),
+                 *, sizes: Sequence[int] | None = None, mb_size: int = 2, seed: int = 0,
+                 lr: float = 0.05, clip: float | None = None, barrier_each_step: bool = True,
+                 grads: bool = False, params: bool = False, timeout: float = 180.0) -> list[RunResult]:
+    """Launch ``p`` ranks (gloo, one thread each) and train each of ``runs`` on them.
+
+    A run is a dict ``{"schedule": "gpipe" | "1f1b" | "interleaved", "m": 4, "v": 1,
+    "steps": 1, "memory": False}``; ``memory=True`` turns on activation accounting.
+    """
+    p = positive_int("p", p)
+    positive_int("mb_size", mb_size)
+    for run in runs:
+        rcfg, v = run.get("cfg", cfg), positive_int("v", run.get("v", 1))
+        schedule(choice("schedule", run.get("schedule", "1f1b"), SCHEDULES), p, run["m"], v)  # validates m, v
+        check_sizes(default_sizes(rcfg, p * v, run.get("sizes", sizes)), rcfg.n_layers + 2, p * v)
+    res = launch(pipeline_worker, p, timeout=timeout, threads_per_rank=1, cfg=cfg, runs=list(runs),
+                 sizes=sizes, mb_size=mb_size, seed=seed, lr=lr, clip=clip,
+                 barrier_each_step=barrier_each_step, return_grads=grads, return_params=params)
+    out = []
+    for i, run in enumerate(runs):
+        per_rank = [r[i] for r in res]
+        out.append(RunResult(run.get("schedule", "1f1b"), p, int(run["m"]), int(run.get("v", 1)),
+                             per_rank[0]["sizes"],
+                             Timeline(p, [Event(*e) for r in per_rank for e in r["events"]]),
+                             per_rank[-1]["loss"],   # the last stage always lives on rank p − 1
+                             [r["peak_bytes"] for r in per_rank], [r["mb_bytes"] for r in per_rank],
+                             _merge(per_rank, "grads"), _merge(per_rank, "params")))
+    return out
+
+
+def reference_step(cfg: GPTConfig = DEMO, batch_size: int = 8, steps: int = 1, *, lr: float = 0.05,
+                   clip: float | None = None, seed: int = 0) -> tuple[dict, dict, list[float]]:
+    """The unsplit model in one process, same data and SGD: (first-step gradients, parameters
+    after ``steps`` steps, losses), keyed by GPT parameter names."""
+    model = GPT(cfg, seed=seed)
+    first, losses = None, []
+    for step in range(positive_int("steps", steps)):
+        x, y = make_batch(cfg, positive_int("batch_size", batch_size), seed + step)
+        _, loss = model(x, y)
+        loss.backward()
+        losses.append(loss.item())
+        if first is None:
+            first = {n: q.grad.clone() for n, q in model.named_parameters()}
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        with torch.no_grad():
+            for q in model.parameters():
+                q.add_(q.grad, alpha=-lr)
+                q.grad = None
+    return first, {n: q.detach().clone() for n, q in model.named_parameters()}, losses
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """Largest elementwise difference between two name → tensor dicts with the same keys."""
+    if set(a) != set(b):
+        raise ValueError(f"the dicts name different parameters: {sorted(set(a) ^ set(b))[:4]}")
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def compare_with_torch(cfg: GPTConfig = DEMO, p: int = 2, schedule_name: str = "1f1b", m: int = 4,
+                       mb_size: int = 2, repeats: int = 5, seed: int = 0) -> dict:
+    """Our executor vs ``torch.distributed.pipelining`` on the same split, same ranks, same data.
+
+    Returns median step times (s), their ratio (ours / PyTorch's) and the largest gradient
+    difference between the two implementations."""
+    res = launch(torch_pipelining_worker, positive_int("p", p), threads_per_rank=1, timeout=180.0,
+                 cfg=cfg, name=schedule_name, m=m, mb_size=mb_size,
+                 repeats=positive_int("repeats", repeats), seed=seed)
+    t_ours = statistics.median(max(r["times"]["scratch"][i] for r in res) for i in range(repeats))
+    t_torch = statistics.median(max(r["times"]["torch"][i] for r in res) for i in range(repeats))
+    g = [{k: t for r in res for k, t in r["grads"][impl].items()} for impl in ("scratch", "torch")]
+    return {"ours_s": t_ours, "torch_s": t_torch, "ratio": t_ours / t_torch,
+            "max_grad_diff": max_abs_diff(*g)}

@@ -1,0 +1,141 @@
+"""The order in which each pipeline rank runs its forward and backward passes.
+
+A pipeline schedule is nothing more than one list of operations per rank. ``Op("F", 3)`` is the
+forward pass of microbatch 3, ``Op("B", 3)`` its backward pass; with interleaving, ``chunk`` says
+which of the rank's ``v`` model chunks runs (chunk ``c`` on rank ``r`` is global stage ``c·p + r``,
+the layout of Megatron-LM's interleaved schedule, Narayanan et al. 2021, arXiv 2104.04473).
+
+The same lists drive the real multi-process executor (``pipeline_run``) and the exact simulator
+(``course_lib.pipeline.simulate``), so what the Gantt chart of a simulation shows is exactly the
+order the real ranks follow.
+
+* GPipe (Huang et al. 2019, arXiv 1811.06965): all ``m`` forwards, then all ``m`` backwards.
+  Every microbatch's activations are alive at the turn, so memory grows with ``m``.
+* 1F1B / PipeDream-Flush (Narayanan et al. 2021, arXiv 2006.09503): stage ``s`` runs
+  ``p − s − 1`` warm-up forwards, then alternates one forward and one backward, then drains.
+  At most ``p − s`` microbatches are in flight; the bubble is the same as GPipe's.
+* Interleaved 1F1B: the same idea over ``v`` chunks per rank, which divides the bubble by ``v``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .._validate import choice, positive_int
+
+__all__ = ["Op", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "schedule",
+           "parse_ops", "format_ops"]
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True, order=True)
+class Op:
+    """One unit of pipeline work on a rank: ``kind`` "F" or "B", microbatch ``mb``, model ``chunk``."""
+
+    kind: str
+    mb: int
+    chunk: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.mb}" + (f".{self.chunk}" if self.chunk else "")
+
+
+def _check(p: int, m: int, stage: int | None = None) -> tuple[int, int]:
+    p = positive_int("p", p)
+    m = positive_int("m", m)
+    if stage is not None:
+        positive_int("stage", stage, minimum=0)
+        if stage >= p:
+            raise ValueError(f"stage must be in [0, p-1] = [0, {p - 1}], got {stage!r}")
+    return p, m
+
+
+def gpipe(p: int, m: int, stage: int) -> list[Op]:
+    """GPipe order for ``stage`` of ``p``: F0 … F(m−1), then B0 … B(m−1)."""
+    p, m = _check(p, m, stage)
+    return [Op("F", i) for i in range(m)] + [Op("B", i) for i in range(m)]
+
+
+def one_f_one_b(p: int, m: int, stage: int) -> list[Op]:
+    """1F1B order for ``stage`` of ``p``: ``min(p−stage−1, m)`` warm-up forwards, then one
+    forward and one backward in turn, then the remaining backwards."""
+    p, m = _check(p, m, stage)
+    warmup = min(p - stage - 1, m)
+    ops = [Op("F", i) for i in range(warmup)]
+    for i in range(m - warmup):
+        ops += [Op("F", warmup + i), Op("B", i)]
+    ops += [Op("B", i) for i in range(m - warmup, m)]
+    return ops
+
+
+def interleaved_1f1b(p: int, m: int, stage: int, v: int = 2) -> list[Op]:
+    """Megatron-LM's interleaved 1F1B order for rank ``stage`` holding ``v`` chunks.
+
+    Microbatches travel in groups of ``p``: the rank runs chunk 0 for microbatches 0…p−1, then
+    chunk 1 for the same group, …, then the next group. Warm-up is ``2(p − stage − 1) + (v − 1)p``
+    forwards (all of them when ``m == p``), then 1F1B pairs, then the drain. Requires ``m`` to be
+    a multiple of ``p``, as Megatron's original schedule does.
+    """
+    p, m = _check(p, m, stage)
+    v = positive_int("v", v)
+    if m % p:
+        raise ValueError(f"m must be a multiple of p={p} for the interleaved schedule, got {m!r}")
+    total = m * v
+
+    def op(kind: str, k: int) -> Op:
+        chunk = (k // p) % v
+        if kind == "B":
+            chunk = v - 1 - chunk
+        return Op(kind, (k // (p * v)) * p + k % p, chunk)
+
+    warmup = total if m == p else min(2 * (p - stage - 1) + (v - 1) * p, total)
+    ops = [op("F", k) for k in range(warmup)]
+    for i in range(total - warmup):
+        ops += [op("F", warmup + i), op("B", i)]
+    ops += [op("B", k) for k in range(total - warmup, total)]
+    return ops
+
+
+def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
+    """Op lists of every rank for schedule ``name`` in ("gpipe", "1f1b", "interleaved")."""
+    name = choice("name", name, SCHEDULES)
+    p = positive_int("p", p)
+    if name == "interleaved":
+        return [interleaved_1f1b(p, m, r, v) for r in range(p)]
+    if positive_int("v", v) != 1:
+        raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
+    fn = gpipe if name == "gpipe" else one_f_one_b
+    return [fn(p, m, r) for r in range(p)]
+
+
+_OP_RE = re.compile(r"^\s*([FBfb])\s*(\d+)\s*(?:[.:c]\s*(\d+))?\s*$")
+
+
+def parse_ops(ops: object) -> list[Op]:
+    """Turn ``["F0", "F1", "B0", ...]`` (or "F0 F1 B0 …", or Op objects) into a list of ``Op``.
+
+    A chunk may be given as ``"F3.1"``. Raises ValueError naming ``ops`` on anything else.
+    """
+    if isinstance(ops, str):
+        ops = ops.replace(",", " ").split()
+    try:
+        items = list(ops)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(f"ops must be a list like ['F0', 'F1', 'B0', ...], got {ops!r}") from None
+    out = []
+    for item in items:
+        if isinstance(item, Op):
+            out.append(item)
+            continue
+        match = _OP_RE.match(str(item))
+        if not match:
+            raise ValueError(f"ops: cannot read {item!r}; write operations like 'F0' or 'B3'")
+        kind, mb, chunk = match.groups()
+        out.append(Op(kind.upper(), int(mb), int(chunk or 0)))
+    return out
+
+
+def format_ops(ops: list[Op]) -> str:
+    """``[Op('F', 0), Op('B', 0)]`` → ``"F0 B0"`` (the inverse of ``parse_ops``)."""
+    return " ".join(str(o) for o in ops)
