@@ -94,7 +94,7 @@ CLAIMS: tuple[Claim, ...] = (
           "brown2020gpt3", ("book/01_flops.md#sec-01-backward",)),
     Claim(10, "Modern pretraining uses 10–20T tokens; raw web data is at PB scale.", "TRUE, with caveats",
           "True for 2024 (Llama 3: 15.6T); 2025 runs reach 22–40T. Common Crawl is multi-petabyte.",
-          "llama3_2024", ()),
+          "llama3_2024", ("book/02_scaling.md#sec-02-overtraining",)),
     Claim(11, "Llama 3 405B: 15.6T tokens (~38 tokens/param); Llama 3 and MegaScale have built-in loss-spike "
               "rollback and data skipping.", "PARTLY FALSE",
           "The numbers hold ({llama_tpp} tokens/param, 6ND = {llama_c} FLOP). But Llama 3 reports few spikes and "
