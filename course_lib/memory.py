@@ -1,0 +1,103 @@
+"""Memory per GPU for model states under data parallelism and the three ZeRO stages.
+
+Model states are the parameters, their gradients and the optimizer state. Mixed-precision Adam as
+in the ZeRO paper (Rajbhandari et al. 2020, arXiv 1910.02054, §3.1) keeps per parameter:
+2 bytes of bf16/fp16 weights, 2 bytes of gradients and K = 12 bytes of optimizer state (an fp32
+master copy of the weight, Adam's first and second moments) — 16 bytes in all. With Ψ parameters
+and a data-parallel degree of n, the bytes per GPU are:
+
+=========  ====================  =========================
+stage      what is sharded        bytes per GPU
+=========  ====================  =========================
+0 (DP)     nothing                (2 + 2 + K)·Ψ  = 16Ψ
+1          optimizer state        (2 + 2)·Ψ + K·Ψ/n
+2          + gradients            2Ψ + (2 + K)·Ψ/n
+3 (FSDP)   + parameters           (2 + 2 + K)·Ψ/n = 16Ψ/n
+=========  ====================  =========================
+
+Activations, temporary buffers, the communication buckets and the fragmentation of the allocator
+come on top; ``reserved_bytes`` lets a caller set them aside. The course's CPU demos train in fp32
+with plain AdamW: 4 bytes of weights, 4 of gradients and 8 of moments — also 16 bytes per
+parameter, split differently (use :func:`zero_memory_breakdown` with those byte counts).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._validate import positive, positive_int
+
+__all__ = ["ZeroMemory", "zero_memory_breakdown", "zero_memory_per_gpu", "min_zero3_degree",
+           "max_params_per_gpu"]
+
+
+@dataclass(frozen=True)
+class ZeroMemory:
+    """Bytes per GPU for each kind of model state."""
+
+    params: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+
+def _stage(stage: object) -> int:
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0 (plain DP), 1, 2 or 3, got {stage!r}")
+    return int(stage)  # type: ignore[arg-type]
+
+
+def zero_memory_breakdown(n_params: float, dp_degree: int, stage: int, *, param_bytes: float = 2,
+                          grad_bytes: float = 2, optimizer_bytes: float = 12) -> ZeroMemory:
+    """Parameter, gradient and optimizer bytes per GPU for ZeRO ``stage`` (0 = plain DP).
+
+    Defaults are mixed-precision Adam (2 + 2 + 12); fp32 AdamW without a master copy is
+    ``param_bytes=4, grad_bytes=4, optimizer_bytes=8``.
+    """
+    psi = positive("n_params", n_params)
+    n = positive_int("dp_degree", dp_degree)
+    s = _stage(stage)
+    pb = positive("param_bytes", param_bytes)
+    gb = positive("grad_bytes", grad_bytes)
+    ob = positive("optimizer_bytes", optimizer_bytes, allow_zero=True)
+    return ZeroMemory(params=pb * psi / (n if s >= 3 else 1),
+                      grads=gb * psi / (n if s >= 2 else 1),
+                      optimizer=ob * psi / (n if s >= 1 else 1))
+
+
+def zero_memory_per_gpu(n_params: float, dp_degree: int, stage: int,
+                        bytes_per_param: float = 16) -> float:
+    """Bytes of model states per GPU: 16Ψ, 4Ψ + 12Ψ/n, 2Ψ + 14Ψ/n, 16Ψ/n for stages 0–3.
+
+    ``bytes_per_param`` is the total per parameter; 2 of it are weights and 2 gradients (bf16),
+    the rest (K = bytes_per_param − 4) optimizer state, so it must be at least 4.
+    """
+    b = positive("bytes_per_param", bytes_per_param)
+    if b < 4:
+        raise ValueError(f"bytes_per_param must be >= 4 (2 for bf16 weights + 2 for gradients), got {bytes_per_param!r}")
+    return zero_memory_breakdown(n_params, dp_degree, stage, optimizer_bytes=b - 4).total
+
+
+def min_zero3_degree(n_params: float, gpu_bytes: float, reserved_bytes: float = 0) -> int:
+    """Smallest ZeRO-3 degree n with 16Ψ/n ≤ gpu_bytes − reserved_bytes (model states only).
+
+    ``reserved_bytes`` is what the caller keeps for activations and buffers; it must leave room.
+    """
+    psi = positive("n_params", n_params)
+    cap = positive("gpu_bytes", gpu_bytes)
+    res = positive("reserved_bytes", reserved_bytes, allow_zero=True)
+    if res >= cap:
+        raise ValueError(f"reserved_bytes ({reserved_bytes!r}) must be smaller than gpu_bytes ({gpu_bytes!r})")
+    need = zero_memory_per_gpu(psi, 1, 3)
+    n = math.ceil(need / (cap - res) * (1 - 1e-12))   # guard against 16Ψ/cap landing on 3.0000000001
+    return max(1, n)
+
+
+def max_params_per_gpu(gpu_bytes: float, dp_degree: int, stage: int, bytes_per_param: float = 16) -> float:
+    """Largest Ψ whose model states fit in ``gpu_bytes`` at this stage and degree (inverse of
+    :func:`zero_memory_per_gpu`; ZeRO-1/2 never get below the unsharded part)."""
+    cap = positive("gpu_bytes", gpu_bytes)
+    return cap / zero_memory_per_gpu(1.0, dp_degree, stage, bytes_per_param)

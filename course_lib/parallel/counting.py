@@ -1,0 +1,275 @@
+"""Collectives that count their own bytes: the instrument behind every "measured" byte count.
+
+``CountingComm(group)`` offers the three collectives data parallelism needs — ``all_reduce``,
+``reduce_scatter`` and ``all_gather`` on flat 1-D tensors — and records, per kind, how many calls
+were made, how many bytes this rank *sent*, and how long the calls took. It is a small object passed
+explicitly to the code that communicates; nothing global is patched.
+
+Two algorithms:
+
+* ``"ring"`` (default): the collectives are written here, from scratch, as rings of point-to-point
+  sends (``torch.distributed.isend`` / ``irecv``). Every byte is counted where it is sent, so the
+  count is exact on any backend, NCCL included. This is the textbook algorithm whose cost the ZeRO
+  paper's formulas assume: reduce-scatter and all-gather send (n−1)/n of the full buffer,
+  all-reduce is the two back to back.
+* ``"native"``: the calls go to ``torch.distributed`` (gloo's or NCCL's own algorithms). The bytes
+  are then read from the operating system (see :func:`os_bytes_written`), which works for gloo's
+  TCP sockets on Linux and not for NCCL (NVLink traffic never reaches a socket).
+
+Both modes also record the kernel's count of bytes written by the process (``os_bytes``) during
+each call: on CPU it is an independent check of the ring's own count.
+
+Calls can be asynchronous (``async_op=True`` returns a handle with ``wait()``). They then run, in
+order, on one background thread — the CPU stand-in for a GPU's communication stream — so ranks
+issue collectives in the same order, and compute can continue while bytes move. A synchronous
+call with nothing queued runs directly in the caller's thread.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, asdict
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from .._validate import choice
+
+__all__ = ["OpStats", "CountingComm", "os_bytes_written", "storage_bytes", "optimizer_state_bytes", "KINDS"]
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+
+def os_bytes_written() -> int | None:
+    """Bytes this process has written through ``write``-family system calls (sockets included),
+    from Linux's ``/proc/self/io`` (``wchar``); None where that file does not exist."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (None entries skipped): views of one
+    buffer count once, and a buffer whose storage was freed (resized to 0) counts 0. This is how
+    the course *measures* a rank's memory for parameters, gradients and optimizer state."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t is None:
+            continue
+        if hasattr(t, "to_local"):  # a DTensor (PyTorch FSDP2): count the local shard
+            t = t.to_local()
+        st = t.untyped_storage()
+        seen[st.data_ptr() if st.nbytes() else id(st)] = st.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_state_bytes(optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (Adam: exp_avg, exp_avg_sq, step)."""
+    return storage_bytes(v for state in optimizer.state.values() for v in state.values()
+                         if isinstance(v, torch.Tensor))
+
+
+@dataclass
+class OpStats:
+    """What one kind of collective cost this rank so far."""
+
+    calls: int = 0
+    payload_bytes: int = 0      # size of the full logical buffer (input of RS, output of AG)
+    sent_bytes: int = 0         # bytes this rank sent, counted by the ring (or by the OS in native mode)
+    os_bytes: int = 0           # bytes the kernel saw this process write during the calls
+    seconds: float = 0.0        # time spent inside the calls (on the communication thread)
+
+
+@dataclass
+class _Handle:
+    """A pending collective; ``wait()`` blocks until it is done and books the blocked time."""
+
+    future: Future
+    comm: CountingComm = field(repr=False)
+
+    def wait(self) -> None:
+        t0 = time.perf_counter()
+        self.future.result()
+        self.comm.wait_seconds += time.perf_counter() - t0
+
+
+class CountingComm:
+    """Counting collectives over ``group`` (see the module docstring).
+
+    ``algorithm``: ``"ring"`` (from scratch, exact byte count) or ``"native"`` (torch.distributed's
+    own collectives, bytes from the OS). ``stats`` maps each kind to its :class:`OpStats`;
+    ``wait_seconds`` is the time the caller spent blocked in ``wait()`` (exposed communication).
+    """
+
+    def __init__(self, group=None, *, algorithm: str = "ring") -> None:
+        self.algorithm = choice("algorithm", algorithm, ("ring", "native"))
+        self.group = group if group is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.group)
+        self.world_size = dist.get_world_size(self.group)
+        self._ranks = [dist.get_global_rank(self.group, r) for r in range(self.world_size)]
+        self.stats: dict[str, OpStats] = {k: OpStats() for k in KINDS}
+        self.wait_seconds = 0.0
+        self._pool: ThreadPoolExecutor | None = None
+        self._last: Future | None = None      # the most recently queued call
+
+    # ------------------------------------------------------------------ bookkeeping
+    def reset(self) -> None:
+        """Forget all counts (e.g. after the one-off broadcast at start-up)."""
+        self.stats = {k: OpStats() for k in KINDS}
+        self.wait_seconds = 0.0
+
+    def snapshot(self) -> dict[str, dict]:
+        """The counts as plain dicts (picklable, for returning from a rank)."""
+        return {k: asdict(v) for k, v in self.stats.items()}
+
+    def total(self, field_name: str = "sent_bytes") -> float:
+        """Sum of one :class:`OpStats` field over all kinds."""
+        return sum(getattr(s, field_name) for s in self.stats.values())
+
+    def close(self) -> None:
+        """Stop the communication thread (waits for pending calls)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def _submit(self, kind: str, payload: int, fn: Callable[[], int], async_op: bool,
+                then: Callable[[], None] | None = None):
+        """Run ``fn`` (which returns the bytes it sent) on the comm thread — or right here when the
+        call is synchronous and nothing is queued — and book its cost."""
+        def job() -> None:
+            before, t0 = os_bytes_written(), time.perf_counter()
+            sent = fn()
+            elapsed, after = time.perf_counter() - t0, os_bytes_written()
+            os_sent = (after - before) if before is not None and after is not None else 0
+            s = self.stats[kind]
+            s.calls += 1
+            s.payload_bytes += payload
+            s.sent_bytes += os_sent if sent is None else sent
+            s.os_bytes += os_sent
+            s.seconds += elapsed
+            if then is not None:
+                then()
+        if not async_op and (self._last is None or self._last.done()):
+            t0 = time.perf_counter()
+            job()                 # nothing queued: run in the caller's thread, skip the hand-off
+            self.wait_seconds += time.perf_counter() - t0    # the caller waited for all of it
+            return None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="comm")
+        self._last = self._pool.submit(job)
+        handle = _Handle(self._last, self)
+        if async_op:
+            return handle
+        handle.wait()
+        return None
+
+    # ------------------------------------------------------------------ ring primitives
+    def _chunks(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        if flat.dim() != 1 or not flat.is_contiguous():
+            raise ValueError("tensor must be a contiguous 1-D tensor (flatten it into a buffer first)")
+        if flat.numel() % self.world_size:
+            raise ValueError(f"tensor has {flat.numel()} elements, not divisible by world size "
+                             f"{self.world_size}: pad the buffer")
+        return list(flat.chunk(self.world_size))
+
+    def _exchange(self, send: torch.Tensor, recv: torch.Tensor) -> int:
+        """Send ``send`` to the next rank on the ring while receiving ``recv`` from the previous."""
+        n, r = self.world_size, self.rank
+        works = [dist.isend(send, self._ranks[(r + 1) % n], group=self.group),
+                 dist.irecv(recv, self._ranks[(r - 1) % n], group=self.group)]
+        for work in works:
+            work.wait()
+        return send.numel() * send.element_size()
+
+    def _ring_reduce_scatter(self, chunks: list[torch.Tensor]) -> int:
+        """In place: afterwards ``chunks[rank]`` holds the sum over ranks. n−1 steps."""
+        n, r, sent = self.world_size, self.rank, 0
+        tmp = torch.empty_like(chunks[0])
+        for s in range(n - 1):
+            sent += self._exchange(chunks[(r - s - 1) % n], tmp)
+            chunks[(r - s - 2) % n].add_(tmp)
+        return sent
+
+    def _ring_all_gather(self, chunks: list[torch.Tensor]) -> int:
+        """In place: ``chunks[rank]`` is sent around until every rank has every chunk. n−1 steps."""
+        n, r, sent = self.world_size, self.rank, 0
+        for s in range(n - 1):
+            sent += self._exchange(chunks[(r - s) % n], chunks[(r - s - 1) % n])
+        return sent
+
+    # ------------------------------------------------------------------ public collectives
+    def all_reduce(self, tensor: torch.Tensor, *, average: bool = False, async_op: bool = False):
+        """Sum (or average) ``tensor`` over ranks, in place. Ring: 2(n−1)/n of its bytes sent."""
+        payload = tensor.numel() * tensor.element_size()
+
+        def run() -> int | None:
+            if self.algorithm == "native":
+                dist.all_reduce(tensor, group=self.group)
+                sent = None
+            elif self.world_size == 1:
+                sent = 0
+            else:
+                chunks = self._chunks(tensor)
+                sent = self._ring_reduce_scatter(chunks) + self._ring_all_gather(chunks)
+            if average:
+                tensor.div_(self.world_size)
+            return sent
+        return self._submit("all_reduce", payload, run, async_op)
+
+    def reduce_scatter(self, output: torch.Tensor, input: torch.Tensor, *, average: bool = False,
+                       async_op: bool = False, then: Callable[[], None] | None = None):
+        """``output`` = this rank's 1/n slice of the sum over ranks of ``input``.
+
+        Ring: (n−1)/n of ``input``'s bytes sent. The ring version works inside ``input`` (it is
+        used as scratch space). ``then`` runs on the comm thread right after (e.g. to free input).
+        """
+        if output.numel() * self.world_size != input.numel():
+            raise ValueError(f"output has {output.numel()} elements; expected input.numel() / "
+                             f"world_size = {input.numel() / self.world_size:g}")
+        payload = input.numel() * input.element_size()
+
+        def run() -> int | None:
+            if self.algorithm == "native":
+                dist.reduce_scatter_tensor(output, input, group=self.group)
+                sent = None
+            else:
+                chunks = self._chunks(input)
+                sent = self._ring_reduce_scatter(chunks) if self.world_size > 1 else 0
+                output.copy_(chunks[self.rank])
+            if average:
+                output.div_(self.world_size)
+            return sent
+        return self._submit("reduce_scatter", payload, run, async_op, then)
+
+    def all_gather(self, output: torch.Tensor, input: torch.Tensor, *, async_op: bool = False):
+        """``output`` = the concatenation of every rank's ``input``. Ring: (n−1)/n of ``output``'s
+        bytes sent. ``input`` may already be ``output``'s own slice (in-place gather)."""
+        if input.numel() * self.world_size != output.numel():
+            raise ValueError(f"output has {output.numel()} elements; expected world_size × "
+                             f"input.numel() = {self.world_size * input.numel()}")
+        payload = output.numel() * output.element_size()
+
+        def run() -> int | None:
+            if self.algorithm == "native":
+                dist.all_gather_into_tensor(output, input, group=self.group)
+                return None
+            chunks = self._chunks(output)
+            if chunks[self.rank].data_ptr() != input.data_ptr():
+                chunks[self.rank].copy_(input)
+            return self._ring_all_gather(chunks) if self.world_size > 1 else 0
+        return self._submit("all_gather", payload, run, async_op)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        """Copy ``tensor`` from group rank ``src`` to every rank (start-up weight sync)."""
+        payload = tensor.numel() * tensor.element_size()
+
+        def run() -> None:
+            dist.broadcast(tensor, self._ranks[src], group=self.group)
+            return None
+        self._submit("broadcast", payload, run, False)
