@@ -68,12 +68,14 @@ CLAIMS: tuple[Claim, ...] = (
              "only 50% communication overhead.",
           "IMPRECISE", "FSDP (ZeRO-3) moves 3Ψ per step, 1.5× DP's 2Ψ; reduce-scatter alone (ZeRO-1/2) costs "
           "nothing extra — the extra Ψ is the parameter re-gather for the backward pass.",
-          "rajbhandari2020zero", ()),
+          "rajbhandari2020zero", ("book/04_dp_fsdp.md#sec-04-seed-claim", "book/04_dp_fsdp.md#sec-04-fsdp")),
     Claim(3, "Critical batch 10M tokens with 10K-token sequences → at most 1K GPUs.",
           "TRUE, with caveats", "10⁷/10⁴ = 1000 bounds the data-parallel degree, not the GPU count: tensor, "
-          "pipeline and context parallelism multiply it.", "mccandlish2018largebatch", ()),
+          "pipeline and context parallelism multiply it.", "mccandlish2018largebatch",
+          ("book/04_dp_fsdp.md#sec-04-batch-floor",)),
     Claim(4, "B300 has 288 GB of HBM.", "TRUE", "288 GB HBM3e per GPU (datasheet); usable capacity can be "
-          "a little lower.", "NVIDIA B300 documentation", ("book/01_flops.md#sec-01-days",)),
+          "a little lower.", "NVIDIA B300 documentation",
+          ("book/01_flops.md#sec-01-days", "book/04_dp_fsdp.md#sec-04-dp")),
     Claim(5, "Pipeline bubbles: the last stages idle at the start, the first at the end.", "TRUE",
           "Bubble = (p−1)/(m+p−1) of wall time for GPipe and 1F1B alike; 1F1B bounds activation memory by p "
           "instead of m.", "huang2019gpipe", ("book/05_pipeline.md#sec-05-bubble", "book/05_pipeline.md#sec-05-1f1b")),
@@ -132,7 +134,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(19, "More accelerators in one fast domain (TPU pods) make FSDP friendlier.", "TRUE",
           "Per-GPU FSDP traffic is ≈3Ψ regardless of n; what matters is the bandwidth of the links it "
           "crosses, so larger NVLink/ICI domains (NVL72, TPU slices) keep more of it fast.",
-          "zhao2023fsdp", ("book/01_flops.md#sec-01-days",)),
+          "zhao2023fsdp", ("book/04_dp_fsdp.md#sec-04-domains",)),
 )
 
 
