@@ -46,24 +46,46 @@ def ratios() -> list[tuple[str, float, str]]:
     from . import numerics
     rows.append(("FP16 sum of 10,000 ones / 2048", numerics.sequential_sum(1.0, 10_000, torch.float16) / 2048,
                  "real float16 accumulation"))
-    for name, fn in _chapter_hooks():
+    for name, fn in (("DP/ZeRO/FSDP", _parallel_rows), ("pipeline", _pipeline_rows)):
         try:
             rows.extend(fn())
-        except Exception as exc:  # a chapter's hook failing must not hide the others
+        except Exception as exc:  # one chapter failing must not hide the others' numbers
             rows.append((f"{name}: FAILED ({type(exc).__name__}: {exc})", float("nan"), ""))
     return rows
 
 
-def _chapter_hooks():
-    """Chapters that expose ``bench_rows()`` (module-level) contribute their measured ratios."""
-    import importlib
-    for mod in ("course_lib.parallel.dp_demos", "course_lib.parallel.pipeline_run", "course_lib.rl.actors"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        if hasattr(m, "bench_rows"):
-            yield mod, m.bench_rows
+def _parallel_rows() -> list[tuple[str, float, str]]:
+    """Chapter 4 on 2 gloo ranks: bytes per rank vs the ring formulas, step time vs PyTorch's."""
+    from .parallel import dp_demos
+    res = dp_demos.run_suite(2, strategies=("dp", "fsdp", "torch_ddp", "torch_fsdp2"), steps=3)
+    n_params = res["dp"]["n_params"]
+    rows = []
+    for s in ("dp", "fsdp"):
+        theory = dp_demos.expected_bytes_per_step(s, n_params, 2, root=dp_demos.root_params())
+        rows.append((f"{s}: bytes sent per rank per step / ring theory", res[s]["sent_bytes"] / theory,
+                     "counted in the collectives"))
+    rows.append(("FSDP bytes / DP bytes (theory 1.5)", res["fsdp"]["sent_bytes"] / res["dp"]["sent_bytes"] / 1.5,
+                 "counted, divided by 1.5"))
+    rows.append(("DP step time / PyTorch DDP (target <= 1.3)", res["dp"]["step_s"] / res["torch_ddp"]["step_s"],
+                 "median step, 2 ranks"))
+    rows.append(("FSDP step time / PyTorch FSDP2 (target <= 1.3)",
+                 res["fsdp"]["step_s"] / res["torch_fsdp2"]["step_s"], "median step, 2 ranks"))
+    return rows
+
+
+def _pipeline_rows() -> list[tuple[str, float, str]]:
+    """Chapter 5 on 2 gloo ranks: measured bubble vs (p-1)/(m+p-1), step time vs torch pipelining."""
+    from . import pipeline
+    from .parallel import pipeline_run
+    rows = []
+    for run in pipeline_run.run_pipeline(p=2, runs=[{"schedule": "1f1b", "m": 4, "steps": 3},
+                                                   {"schedule": "gpipe", "m": 8, "steps": 3}]):
+        rows.append((f"{run.schedule} m={run.m}: measured bubble / (p-1)/(m+p-1)",
+                     run.bubble() / pipeline.bubble_fraction(2, run.m), "recorded timeline"))
+    cmp = pipeline_run.compare_with_torch(p=2, schedule_name="1f1b", m=4, repeats=3)
+    rows.append(("1F1B step time / torch.distributed.pipelining (target <= 1.3)", cmp["ratio"],
+                 "median step, 2 ranks"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
