@@ -101,11 +101,13 @@ CLAIMS: tuple[Claim, ...] = (
               "rollback and data skipping.", "PARTLY FALSE",
           "The numbers hold ({llama_tpp} tokens/param, 6ND = {llama_c} FLOP). But Llama 3 reports few spikes and "
           "no interventions, and MegaScale automates recovery from hardware faults; the rollback-and-skip recipe "
-          "is PaLM's.", "chowdhery2022palm", ("book/02_scaling.md#sec-02-overtraining",)),
+          "is PaLM's.", "chowdhery2022palm",
+          ("book/02_scaling.md#sec-02-overtraining", "book/06_stability.md#sec-06-rollback")),
     Claim(12, "BF16 is more stable than FP16 and needs no loss scaling.", "TRUE, with caveats",
           "BF16 has FP32's range, so no loss scaling; but less precision (it stalls at {bf16_end}, FP16 at "
           "{fp16_end}), so FP32 master weights and accumulators are still needed.",
-          "kalamkar2019bfloat16", ("book/07_fp16.md#sec-07-binades",)),
+          "kalamkar2019bfloat16",
+          ("book/07_fp16.md#sec-07-binades", "book/06_stability.md#sec-06-underflow")),
     Claim(13, "Attention costs 4Ls FLOPs per token; ≈4% of a 7B model's compute at s=4096, >90% at s=10⁵.",
           "FALSE", "The formula misses d: it is 2·L·s·d per token causal (4·L·s·d full), i.e. {attn_c}% "
           "(causal) or {attn_f}% (full) at s=4096, and attention equals the dense compute at s ≈ {cross}k.",
