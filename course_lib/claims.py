@@ -54,8 +54,9 @@ def numbers() -> dict[str, str]:
         n[f"half_{fit}"] = f"{100 * scaling.overtraining_cost(0.5, fit=fit)[1]:.1f}"
     n["llama_tpp"] = f"{15.6e12 / 405e9:.1f}"
     n["llama_c"] = f"{flops.training_flops(405e9, 15.6e12):.2g}"
-    n["distill"] = f"{25.0 * 1e12 / 1e6 / 1e6:.1f}"
-    n["distill_batch"] = f"{25.0 * 0.5 * 1e12 / 1e6 / 1e6:.2f}"
+    from .distill import api_cost
+    n["distill"] = f"{api_cost(1e12, 25.0) / 1e6:.1f}"
+    n["distill_batch"] = f"{api_cost(1e12, 25.0, batch_discount=0.5) / 1e6:.2f}"
     return n
 
 
@@ -82,7 +83,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(6, "Distilling 1T tokens from Opus 4.6 at $25/MTok costs $25M.", "TRUE, with caveats",
           "${distill}M is the output-only list price; the Batch API halves it to ${distill_batch}M, input "
           "tokens add cost, and provider terms forbid training competing models on outputs.",
-          "Anthropic pricing page", ()),
+          "Anthropic pricing page", ("book/09_distill.md#sec-09-bill",)),
     Claim(7, "FP16: spacing ≈ 0.001 between 1 and 2; adding 1 ten thousand times stalls after 1024 and ends "
              "10× off.", "PARTLY FALSE",
           "The spacing is 2⁻¹⁰ (true), but the FP16 sum is exact to 2048 and stalls there (2048 + 1 is a tie, "
