@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 from . import corpus
 from .distill_train import MODES, DistillConfig, distill
 from .model import GPT, GPTConfig
-from .train import History, TrainConfig, _optimizer, evaluate, lr_at
+from .train import History, TrainConfig, evaluate, train_model
 
 __all__ = ["TEACHER_SHAPE", "STUDENT_SHAPE", "TEACHER_TRAIN", "DISTILL", "POOLS", "FIXED_STEPS", "STEPS",
            "DESIGNS", "TEACHER_PATH", "RESULTS_PATH", "ONEPASS_PATH", "train_teacher", "teacher_config", "student_config", "save_teacher", "load_teacher",
@@ -95,35 +94,7 @@ def train_teacher(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus.CorpusSp
     """Pretrain the teacher with exactly the recipe of ``course_lib.train.train`` (same optimiser,
     schedule, batches and evaluation) and return the trained model with its ``History``
     (``train.train`` returns only the history)."""
-    split = split if split is not None else corpus.load()
-    model = GPT(model_cfg, seed=cfg.seed)
-    model.train()
-    opt = _optimizer(model, cfg)
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
-    total = cfg.steps(model_cfg.seq_len)
-    hist = History(n_params=model.n_params())
-    t0, run_sum, run_n = time.perf_counter(), 0.0, 0
-    for step in range(total):
-        lr = lr_at(step, total, cfg.lr, cfg.warmup_frac, cfg.min_lr_ratio)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = corpus.get_batch(split.train, cfg.batch_size, model_cfg.seq_len, gen)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        run_sum, run_n, done = run_sum + float(loss.item()), run_n + 1, step + 1
-        if done == total or (cfg.eval_every and done % cfg.eval_every == 0):
-            hist.steps.append(done)
-            hist.tokens.append(done * cfg.batch_size * model_cfg.seq_len)
-            hist.train_loss.append(run_sum / run_n)
-            run_sum, run_n = 0.0, 0
-            hist.val_loss.append(evaluate(model, split.val, 64, cfg.eval_batches))
-            hist.lr.append(lr)
-        if progress is not None:
-            progress(done, total)
-    hist.wall_s = time.perf_counter() - t0
+    model, hist = train_model(model_cfg, cfg, split, progress, eval_batch_size=64)
     model.eval()
     return model, hist
 

@@ -152,6 +152,16 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.CorpusSplit 
 
     ``progress`` is an optional callable ``progress(step, total_steps)`` (e.g. a progress bar).
     """
+    return train_model(model_cfg, cfg, split, progress)[1]
+
+
+def train_model(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.CorpusSplit | None = None,
+                progress=None, eval_batch_size: int | None = None) -> tuple[GPT, History]:
+    """``train`` that also returns the trained model (for chapters that keep it, e.g. a teacher).
+
+    ``eval_batch_size`` fixes the evaluation batch size; by default it is ``cfg.batch_size`` when
+    ``cfg.eval_batches`` limits the evaluation and 64 for a full pass.
+    """
     split = split if split is not None else corpus_mod.load()
     model = GPT(model_cfg, seed=cfg.seed)
     model.train()
@@ -178,10 +188,10 @@ def train(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.CorpusSplit 
             hist.tokens.append(done * cfg.batch_size * model_cfg.seq_len)
             hist.train_loss.append(run_sum / run_n)  # mean batch loss since the last eval
             run_sum, run_n = 0.0, 0
-            eval_bs = cfg.batch_size if cfg.eval_batches else 64  # full pass: batch size is free
+            eval_bs = eval_batch_size or (cfg.batch_size if cfg.eval_batches else 64)  # full pass: free
             hist.val_loss.append(evaluate(model, split.val, eval_bs, cfg.eval_batches))
             hist.lr.append(lr)
         if progress is not None:
             progress(done, total)
     hist.wall_s = time.perf_counter() - t0
-    return hist
+    return model, hist
