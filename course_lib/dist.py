@@ -149,8 +149,14 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         results.put(("error", rank, traceback.format_exc()))
 
 
+_MAIN_HINT = ("; if you called launch() at the top level of a script, move the call under "
+              "`if __name__ == '__main__':` (every rank imports the script's main module)")
+
+
 def _stop(procs: list) -> None:
-    """Terminate, then kill, every process still alive, and reap them all."""
+    """Terminate, then kill, every process still alive, and reap them all (a process that
+    never started, because starting an earlier one failed, is skipped)."""
+    procs = [p for p in procs if p.pid is not None]
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -217,7 +223,8 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
                             status, rank, payload = results.get(timeout=1.0)
                         except queue_mod.Empty:
                             raise RankError(r, f"process exited with code {p.exitcode} "
-                                               f"without reporting a result") from None
+                                               f"without reporting a result"
+                                               f"{_MAIN_HINT if p.exitcode == 1 else ''}") from None
                         break
                 else:
                     continue

@@ -130,6 +130,26 @@ def test_ranks_die_when_the_launching_process_is_killed(tmp_path):
     assert not _alive(pids)
 
 
+def test_script_without_main_guard_gets_a_plain_hint(tmp_path):
+    """A script that calls launch() at its top level is re-imported by every rank; the user must
+    see one RankError that says what to do, not a multiprocessing assertion from the cleanup."""
+    import subprocess
+    import sys
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(os.path.dirname(__file__))!r})\n"
+        "from course_lib import dist\n"
+        "from dist_workers import allreduce_rank_sum\n"
+        "dist.launch(allreduce_rank_sum, world_size=2, n=1, timeout=60)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    tail = proc.stderr[proc.stderr.rindex("Traceback"):]     # the parent's own error, last
+    assert "course_lib.dist.RankError" in tail and "if __name__ == '__main__':" in tail, tail
+    assert "AssertionError" not in proc.stderr
+
+
 def test_demo_workers_under_launch():
     from course_lib import dist_demos
     assert all(r["ok"] for r in dist.launch(dist_demos.allreduce_check, world_size=3))
