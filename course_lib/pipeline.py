@@ -19,7 +19,7 @@ microbatches in flight on each rank (activation memory) and returns a ``gantt.Ti
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ._validate import choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
@@ -128,7 +128,8 @@ def _times(name: str, t: float | Sequence[float], n_stages: int, v: int) -> list
 
 def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m: int | None = None,
              *, v: int = 1, t_forward: float | Sequence[float] = 1.0,
-             t_backward: float | Sequence[float] = 2.0, t_comm: float = 0.0) -> Timeline:
+             t_backward: float | Sequence[float] = 2.0, t_comm: float = 0.0,
+             op_times: Mapping[tuple[str, int, int], float] | None = None) -> Timeline:
     """Replay a pipeline schedule exactly and return its ``Timeline``.
 
     ``orders`` is a schedule name ("gpipe", "1f1b", "interleaved", then ``p``, ``m`` and ``v`` are
@@ -136,6 +137,9 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
     ``t_forward``/``t_backward``: per-microbatch time of a whole rank's share of the model (a
     chunk takes 1/v of it), or a list with one time per global stage (``v·p`` entries, stage
     ``c·p + r`` is chunk c of rank r). ``t_comm``: latency of each activation/gradient hop.
+    ``op_times`` gives single operations their own durations, keyed ``(kind, mb, stage)`` (e.g.
+    the durations a real run measured, to replay it without its communication); operations it
+    does not list take ``t_forward``/``t_backward``.
 
     Dependencies: F(mb, stage g) needs F(mb, g−1); B(mb, g) needs F(mb, g) and B(mb, g+1).
     The timeline's ``peak_in_flight`` attribute lists each rank's maximum number of microbatches
@@ -173,6 +177,8 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
                     break
                 ready = max([free[r]] + [done[d] + (tc if d[2] != g else 0.0) for d in deps])
                 dur = tf[g] if op.kind == "F" else tb[g]
+                if op_times is not None:
+                    dur = positive("op_times", op_times.get((op.kind, op.mb, g), dur), allow_zero=True)
                 done[(op.kind, op.mb, g)] = free[r] = ready + dur
                 events.append(Event(r, op.kind, op.mb, ready, ready + dur, op.chunk))
                 ptr[r] += 1

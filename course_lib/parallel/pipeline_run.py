@@ -36,11 +36,17 @@ from .._validate import choice, positive_int
 from ..dist import launch
 from ..gantt import Event, Timeline
 from ..model import GPT, GPTConfig
+from ..pipeline import bubble_fraction, simulate
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
 from .pipeline_schedules import SCHEDULES, Op, schedule
 
-__all__ = ["ActivationMeter", "execute_step", "default_sizes", "pipeline_worker", "torch_pipelining_worker",
+__all__ = ["TIMING_MB", "ActivationMeter", "execute_step", "default_sizes", "pipeline_worker", "torch_pipelining_worker",
            "RunResult", "run_pipeline", "reference_step", "compare_with_torch", "max_abs_diff"]
+
+#: Microbatch size (sequences) for timing runs of ``DEMO``: a stage's forward then takes ~25 ms
+#: and its backward ~50 ms on one core, so the ~0.3 ms a message and the Python around it cost
+#: stay below a percentage point of the bubble. (Correctness runs use the cheaper default, 2.)
+TIMING_MB = 8
 
 
 class ActivationMeter:
@@ -104,14 +110,18 @@ def _tag(kind: str, mb: int, stage: int, m: int) -> int:
 
 
 def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch.Tensor,
-                 y: torch.Tensor, *, m: int, step: int = 0, meter: ActivationMeter | None = None
-                 ) -> tuple[list[Event], float]:
+                 y: torch.Tensor, *, m: int, step: int = 0, meter: ActivationMeter | None = None,
+                 lookahead: int = 1) -> tuple[list[Event], float]:
     """Run one pipeline step's forwards and backwards on this rank in the order ``ops``.
 
     ``chunks[c]`` is global stage ``c·p + rank``; ``x``/``y`` are the whole batch (only the first
     stage reads ``x``, only the last reads ``y``). The loss of each microbatch is divided by
-    ``m`` so the accumulated gradients equal the full batch's mean-loss gradients. Returns the
-    recorded events and the summed loss (0 on ranks without the last stage).
+    ``m`` so the accumulated gradients equal the full batch's mean-loss gradients. The receive
+    an op needs is posted (``irecv``) ``lookahead`` ops before it runs, as production pipelines
+    post the next receive beside the current send: gloo moves a message only once its receive is
+    posted, so a receive posted at the last moment adds a round trip to the critical path
+    (``lookahead=0`` shows it). Returns the recorded events and the summed loss (0 on ranks
+    without the last stage).
     """
     p, r, group = ctx.world_size, ctx.rank, ctx.group
     n_stages = p * len(chunks)
@@ -119,20 +129,36 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     xs, ys = [t.clone() for t in x.chunk(m)], [t.clone() for t in y.chunk(m)]
     shape = (xs[0].shape[0], x.shape[1], chunks[0].d_model)
     stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    posted: dict[int, tuple[object, torch.Tensor]] = {}     # op index → (irecv handle, buffer)
     sends, events, loss_sum = [], [], 0.0
     clock = _clock(x.device)
 
-    def recv(kind: str, mb: int, g: int, src: int) -> torch.Tensor:
+    def post(i: int) -> None:
+        """Post the receive that op ``i`` needs, if it needs one and it is not posted yet."""
+        if i >= len(ops) or i in posted:
+            return
+        op = ops[i]
+        g = op.chunk * p + r
+        if (op.kind == "F" and g == 0) or (op.kind == "B" and g == n_stages - 1):
+            return
         buf = torch.empty(shape, device=x.device)
+        src = (r - 1) % p if op.kind == "F" else (r + 1) % p
+        posted[i] = (dist.irecv(buf, src=src, group=group, tag=_tag(op.kind, op.mb, g, m)), buf)
+
+    def take(i: int) -> torch.Tensor:
+        """Wait for op ``i``'s input; the wait is recorded as a "recv" event."""
+        handle, buf = posted.pop(i)
         t0 = clock()
-        dist.recv(buf, src=src, group=group, tag=_tag(kind, mb, g, m))
-        events.append(Event(r, "recv", mb, t0, clock(), g // p, step))
+        handle.wait()
+        events.append(Event(r, "recv", ops[i].mb, t0, clock(), ops[i].chunk, step))
         return buf
 
-    for op in ops:
+    for i, op in enumerate(ops):
+        for j in range(i, i + lookahead + 1):
+            post(j)
         c, g = op.chunk, op.chunk * p + r
         if op.kind == "F":
-            inp = xs[op.mb] if g == 0 else recv("F", op.mb, g, (r - 1) % p).requires_grad_()
+            inp = xs[op.mb] if g == 0 else take(i).requires_grad_()
             t0, c0 = clock(), time.thread_time()
             with meter.track() if meter else contextlib.nullcontext():
                 out = chunks[c](inp)
@@ -148,7 +174,7 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
                 loss_sum += out.item()
         else:
             inp, out = stash.pop((op.mb, c))
-            grad = None if g == n_stages - 1 else recv("B", op.mb, g, (r + 1) % p)
+            grad = None if g == n_stages - 1 else take(i)
             t0, c0 = clock(), time.thread_time()
             torch.autograd.backward(out, grad)
             events.append(Event(r, "B", op.mb, t0, clock(), c, step, time.thread_time() - c0))
@@ -192,7 +218,8 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
                     return_params: bool = False) -> list[dict]:
     """Rank body: train each run ``{"schedule", "m", "v", "steps", "warmup", "memory"}`` in turn.
 
-    A run may override ``cfg``, ``sizes``, ``clip``, ``barrier_each_step`` and ``grads``. Runs happen one
+    A run may override ``cfg``, ``sizes``, ``mb_size``, ``clip``, ``barrier_each_step``,
+    ``grads`` and the receive ``lookahead`` of ``execute_step``. Runs happen one
     after another in this process on freshly built stages (same seed), so a sweep costs one
     launch; ``warmup`` steps run first and are not recorded. Per run this rank returns its events
     (as tuples), losses, per-step wall time, activation bytes (peak, and one microbatch alone)
@@ -205,30 +232,31 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
         steps, use_meter = int(run.get("steps", 1)), bool(run.get("memory", False))
         rcfg, rclip = run.get("cfg", cfg), run.get("clip", clip)
         p, warmup = ctx.world_size, int(run.get("warmup", 0))
+        look, mbs = int(run.get("lookahead", 1)), int(run.get("mb_size", mb_size))
         stage_sizes = default_sizes(rcfg, p * v, run.get("sizes", sizes))
         chunks = [build_stage(rcfg, stage_sizes, c * p + ctx.rank, seed).to(ctx.device) for c in range(v)]
         params = [q for ch in chunks for q in ch.parameters()]
         ops = schedule(name, p, m, v)[ctx.rank]
         res: dict = {"events": [], "loss": [], "wall": [], "peak_bytes": 0, "mb_bytes": 0}
         for _ in range(warmup):
-            x, y = make_batch(rcfg, m * mb_size, seed)
-            execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m)
+            x, y = make_batch(rcfg, m * mbs, seed)
+            execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m, lookahead=look)
             _optimizer_step(ctx, params, lr, rclip)
         for step in range(steps):
-            x, y = (t.to(ctx.device) for t in make_batch(rcfg, m * mb_size, seed + step))
+            x, y = (t.to(ctx.device) for t in make_batch(rcfg, m * mbs, seed + step))
             meter = ActivationMeter(params) if use_meter else None
             if step == 0 or run.get("barrier_each_step", barrier_each_step):
                 dist.barrier(group=ctx.group)
             t0 = clock()
             if meter is not None and step == 0:   # one microbatch alone: the unit of stashing
-                ev, _ = execute_step(ctx, chunks, [o for o in ops if o.mb == 0], x[:mb_size],
-                                     y[:mb_size], m=1, meter=meter)
+                ev, _ = execute_step(ctx, chunks, [o for o in ops if o.mb == 0], x[:mbs],
+                                     y[:mbs], m=1, meter=meter)
                 res["mb_bytes"], meter.peak = meter.peak, 0
                 for q in params:
                     q.grad = None
                 dist.barrier(group=ctx.group)
                 t0 = clock()
-            ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter)
+            ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter, lookahead=look)
             if run.get("grads", return_grads) and step == 0:
                 res["grads"] = {n: q.grad.clone() for ch in chunks
                                 for n, q in ch.named_full_parameters().items()}
@@ -312,19 +340,44 @@ class RunResult:
         """Measured bubble fraction of each step."""
         return [self.timeline.bubble_fraction(s) for s in range(self.steps)]
 
-    def fastest_step(self) -> int:
-        """The step with the shortest makespan: the one least disturbed by other processes on
-        the machine (best-of-k, as benchmarks do)."""
-        return min(range(self.steps), key=self.timeline.makespan)
+    def steadiest_step(self) -> int:
+        """The step whose forward and backward passes ran most evenly: replayed with its own
+        measured op times and instant messages, its bubble is closest to (p−1)/(vm+p−1). Other
+        programs and a noisy (virtual) machine make op times uneven, so this is the step least
+        disturbed by them, as a benchmark keeps its least disturbed repetition."""
+        formula = bubble_fraction(self.p, self.m, self.v)
+        return min(range(self.steps), key=lambda s: (abs(self.replay(s).bubble_fraction() - formula), s))
 
     def bubble(self) -> float:
-        """Measured bubble fraction of the fastest step."""
-        return self.timeline.bubble_fraction(self.fastest_step())
+        """Measured bubble fraction of the steadiest step (``steadiest_step``)."""
+        return self.timeline.bubble_fraction(self.steadiest_step())
 
     def step_timeline(self, step: int | None = None) -> Timeline:
-        """The events of one step (default: the fastest), clock starting at 0."""
-        step = self.fastest_step() if step is None else step
+        """The events of one step (default: the steadiest), clock starting at 0."""
+        step = self.steadiest_step() if step is None else step
         return Timeline(self.p, [e for e in self.timeline.events if e.step == step]).shifted()
+
+    def replay(self, step: int) -> Timeline:
+        """Step ``step`` replayed by the exact simulator with every forward and backward taking
+        the time it took on the real ranks, and messages arriving instantly: what the schedule
+        alone would have done with these measured op times."""
+        tl = Timeline(self.p, [e for e in self.timeline.events if e.step == step])
+        times = {(e.kind, e.mb, e.chunk * self.p + e.rank): e.duration for e in tl.of(kinds=("F", "B"))}
+        return simulate(schedule(self.schedule, self.p, self.m, self.v), t_forward=1.0,
+                        t_backward=1.0, op_times=times)
+
+    def bubble_parts(self, step: int | None = None) -> dict[str, float]:
+        """Split the measured bubble of a step (default: the steadiest) into three parts:
+        ``schedule`` — (p−1)/(vm+p−1), the idle time of equal, steady stages; ``op_times`` —
+        what unequal or jittery forward/backward times added (the replay minus the formula);
+        ``transfer`` — what sending, receiving and the Python between ops added (the measured
+        bubble minus the replay). The three sum to ``measured``."""
+        step = self.steadiest_step() if step is None else step
+        measured = self.timeline.bubble_fraction(step)
+        replayed = self.replay(step).bubble_fraction()
+        formula = bubble_fraction(self.p, self.m, self.v)
+        return {"schedule": formula, "op_times": replayed - formula, "transfer": measured - replayed,
+                "measured": measured}
 
 
 def _merge(per_rank: list[dict], key: str) -> dict | None:
@@ -339,11 +392,13 @@ def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"sc
     """Launch ``p`` ranks (gloo, one thread each) and train each of ``runs`` on them.
 
     A run is a dict ``{"schedule": "gpipe" | "1f1b" | "interleaved", "m": 4, "v": 1,
-    "steps": 1, "memory": False}``; ``memory=True`` turns on activation accounting.
+    "steps": 1, "memory": False}``; ``memory=True`` turns on activation accounting. A run may
+    also set ``warmup`` steps and override the keyword arguments (see ``pipeline_worker``).
     """
     p = positive_int("p", p)
     positive_int("mb_size", mb_size)
     for run in runs:
+        positive_int("mb_size", run.get("mb_size", mb_size))
         rcfg, v = run.get("cfg", cfg), positive_int("v", run.get("v", 1))
         schedule(choice("schedule", run.get("schedule", "1f1b"), SCHEDULES), p, run["m"], v)  # validates m, v
         check_sizes(default_sizes(rcfg, p * v, run.get("sizes", sizes)), rcfg.n_layers + 2, p * v)
