@@ -76,14 +76,14 @@ def _parallel_rows() -> list[tuple[str, float, str]]:
 def _pipeline_rows() -> list[tuple[str, float, str]]:
     """Chapter 5 on 2 gloo ranks: measured bubble vs (p-1)/(m+p-1), step time vs torch pipelining."""
     from . import pipeline
-    from .parallel import pipeline_run
+    from .parallel import pipeline_run, pipeline_torch
     rows = []
     for run in pipeline_run.run_pipeline(p=2, runs=[{"schedule": "1f1b", "m": 4, "steps": 4, "warmup": 1},
                                                    {"schedule": "gpipe", "m": 8, "steps": 4, "warmup": 1}],
                                          mb_size=pipeline_run.TIMING_MB):
         rows.append((f"{run.schedule} m={run.m}: measured bubble - (p-1)/(m+p-1), points (target <= 3)",
                      100 * (run.bubble() - pipeline.bubble_fraction(2, run.m)), "steadiest of 4 steps"))
-    cmp = pipeline_run.compare_with_torch(p=2, schedule_name="1f1b", m=4, repeats=3)
+    cmp = pipeline_torch.compare_with_torch(p=2, schedule_name="1f1b", m=4, repeats=3)
     rows.append(("1F1B step time / torch.distributed.pipelining (target <= 1.3)", cmp["ratio"],
                  "median step, 2 ranks"))
     return rows

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from course_lib import gantt, pipeline
 from course_lib.model import GPTConfig
-from course_lib.parallel import partition, pipeline_run, pipeline_schedules as ps
+from course_lib.parallel import partition, pipeline_run, pipeline_torch, pipeline_schedules as ps
 
 SMALL = GPTConfig(vocab_size=64, seq_len=16, n_layers=4, n_heads=2, d_model=32, tie_embeddings=False)
 
@@ -187,7 +187,7 @@ def test_four_ranks_1f1b_matches_and_memory_is_bounded_by_p():
 
 
 def test_torch_pipelining_computes_the_same_gradients():
-    out = pipeline_run.compare_with_torch(SMALL, 2, "1f1b", m=4, repeats=1)
+    out = pipeline_torch.compare_with_torch(SMALL, 2, "1f1b", m=4, repeats=1)
     assert out["max_grad_diff"] < 1e-6
     assert out["ours_s"] > 0 and out["torch_s"] > 0
 

@@ -7,22 +7,22 @@ keeps its stage(s), so stage parameters are bit-identical to the single-process 
 gradients can be compared name by name.
 
 ``execute_step`` runs any per-rank op order from ``pipeline_schedules`` (GPipe, 1F1B,
-interleaved): a forward receives its input activation from the previous rank (blocking
-``recv``), runs the stage and posts the output with ``isend``; a backward receives the output
-gradient from the next rank, back-propagates and ``isend``s the input gradient. Sends never
-block, so any dependency-respecting order runs without deadlock. Every forward, backward,
-blocking receive and optimizer step is timed on the shared monotonic clock and returned as a
-``gantt.Timeline``; a saved-tensor hook counts the bytes autograd stashes for the backward pass
-and records their peak (``ActivationMeter``).
+interleaved): a forward waits for its input activation from the previous rank (its ``irecv``
+posted one op ahead), runs the stage and posts the output with ``isend``; a backward waits for
+the output gradient from the next rank, back-propagates and ``isend``s the input gradient. Sends
+never block, so any dependency-respecting order runs without deadlock. Every forward, backward,
+wait for a message and optimizer step is timed on the shared monotonic clock and returned as a
+``gantt.Timeline``; ``activation_meter.ActivationMeter`` counts the bytes autograd stashes.
 
-``pipeline_worker`` and ``torch_pipelining_worker`` are what ``course_lib.dist.launch`` starts on
-every rank; ``run_pipeline``, ``compare_with_torch`` and ``reference_step`` are the one-call
-experiments the lab and the book use (``partition.measure_layer_costs`` is the fourth).
+``pipeline_worker`` is what ``course_lib.dist.launch`` starts on every rank; ``run_pipeline``
+and ``reference_step`` are the one-call experiments the lab and the book use, and
+``RunResult`` splits a measured bubble into schedule, op-time and transfer parts by replaying
+the measured op times in the exact simulator. ``pipeline_torch`` puts this executor next to
+``torch.distributed.pipelining``.
 """
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,63 +37,17 @@ from ..dist import launch
 from ..gantt import Event, Timeline
 from ..model import GPT, GPTConfig
 from ..pipeline import bubble_fraction, simulate
+from .activation_meter import ActivationMeter
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
 from .pipeline_schedules import SCHEDULES, Op, schedule
 
-__all__ = ["TIMING_MB", "ActivationMeter", "execute_step", "default_sizes", "pipeline_worker", "torch_pipelining_worker",
-           "RunResult", "run_pipeline", "reference_step", "compare_with_torch", "max_abs_diff"]
+__all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "run_pipeline",
+           "reference_step", "max_abs_diff"]
 
 #: Microbatch size (sequences) for timing runs of ``DEMO``: a stage's forward then takes ~25 ms
 #: and its backward ~50 ms on one core, so the ~0.3 ms a message and the Python around it cost
 #: stay below a percentage point of the bubble. (Correctness runs use the cheaper default, 2.)
 TIMING_MB = 8
-
-
-class ActivationMeter:
-    """Bytes that autograd keeps for the backward pass, live and peak, measured with
-    ``torch.autograd.graph.saved_tensors_hooks``: each saved tensor is wrapped in a handle whose
-    destruction (when autograd frees it after the backward) releases its storage's bytes.
-    Parameters (saved by every Linear) are excluded; storages shared by several saved tensors
-    count once."""
-
-    def __init__(self, exclude: Sequence[torch.Tensor] = ()) -> None:
-        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
-        self.refs: dict[int, int] = {}
-        self.size: dict[int, int] = {}
-        self.live = 0
-        self.peak = 0
-
-    def _pack(self, t: torch.Tensor):
-        key = t.untyped_storage().data_ptr()
-        if key in self.exclude or t.untyped_storage().nbytes() == 0:
-            return t
-        if key not in self.refs:
-            self.refs[key], self.size[key] = 0, t.untyped_storage().nbytes()
-            self.live += self.size[key]
-            self.peak = max(self.peak, self.live)
-        self.refs[key] += 1
-        return _Held(self, key, t)
-
-    def _release(self, key: int) -> None:
-        self.refs[key] -= 1
-        if self.refs[key] == 0:
-            self.live -= self.size.pop(key)
-            del self.refs[key]
-
-    def track(self):
-        """Context manager: tensors saved for backward inside it are counted."""
-        return torch.autograd.graph.saved_tensors_hooks(
-            self._pack, lambda h: h.t if isinstance(h, _Held) else h)
-
-
-class _Held:
-    __slots__ = ("meter", "key", "t")
-
-    def __init__(self, meter: ActivationMeter, key: int, t: torch.Tensor) -> None:
-        self.meter, self.key, self.t = meter, key, t
-
-    def __del__(self) -> None:
-        self.meter._release(self.key)
 
 
 def _clock(device: torch.device):
@@ -276,44 +230,6 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
     return out
 
 
-def torch_pipelining_worker(ctx, cfg: GPTConfig, name: str = "1f1b", m: int = 4, mb_size: int = 2,
-                            repeats: int = 5, sizes: Sequence[int] | None = None, seed: int = 0) -> dict:
-    """Time ``torch.distributed.pipelining`` (ScheduleGPipe / Schedule1F1B) and this module's
-    executor on the same stage, alternating step by step, and return both step times and both
-    sets of first-step gradients (PyTorch's ``scale_grads`` divides by m, as our loss/m does)."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-    p, r = ctx.world_size, ctx.rank
-    stage_sizes = default_sizes(cfg, p, sizes)
-    ours, theirs = (build_stage(cfg, stage_sizes, r, seed).to(ctx.device) for _ in range(2))
-    pstage = PipelineStage(theirs, r, p, ctx.device, group=ctx.group)
-    cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[name]
-    sched = cls(pstage, m, loss_fn=lambda out, tgt: F.cross_entropy(out.flatten(0, 1), tgt.flatten()))
-    ops = schedule(name, p, m)[r]
-    x, y = (t.to(ctx.device) for t in make_batch(cfg, m * mb_size, seed))
-    times: dict[str, list[float]] = {"scratch": [], "torch": []}
-    clock = _clock(ctx.device)
-    grads: dict[str, dict] = {}
-    for rep in range(repeats + 1):           # repetition 0 warms up (PyTorch infers shapes there)
-        for impl, mod in (("torch", theirs), ("scratch", ours)):
-            mod.zero_grad(set_to_none=True)
-            dist.barrier(group=ctx.group)
-            t0 = clock()
-            if impl == "scratch":
-                execute_step(ctx, [ours], ops, x, y, m=m)
-            elif r == 0:
-                sched.step(x)
-            elif r == p - 1:
-                sched.step(target=y, losses=[])
-            else:
-                sched.step()
-            dist.barrier(group=ctx.group)
-            if rep:
-                times[impl].append(clock() - t0)
-            else:
-                grads[impl] = {n: q.grad.clone() for n, q in mod.named_full_parameters().items()}
-    return {"times": times, "grads": grads}
-
-
 # ---------------------------------------------------------------- one-call experiments (parent side)
 
 @dataclass
@@ -444,19 +360,3 @@ def max_abs_diff(a: dict, b: dict) -> float:
     if set(a) != set(b):
         raise ValueError(f"the dicts name different parameters: {sorted(set(a) ^ set(b))[:4]}")
     return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
-def compare_with_torch(cfg: GPTConfig = DEMO, p: int = 2, schedule_name: str = "1f1b", m: int = 4,
-                       mb_size: int = 2, repeats: int = 5, seed: int = 0) -> dict:
-    """Our executor vs ``torch.distributed.pipelining`` on the same split, same ranks, same data.
-
-    Returns median step times (s), their ratio (ours / PyTorch's) and the largest gradient
-    difference between the two implementations."""
-    res = launch(torch_pipelining_worker, positive_int("p", p), threads_per_rank=1, timeout=180.0,
-                 cfg=cfg, name=schedule_name, m=m, mb_size=mb_size,
-                 repeats=positive_int("repeats", repeats), seed=seed)
-    t_ours = statistics.median(max(r["times"]["scratch"][i] for r in res) for i in range(repeats))
-    t_torch = statistics.median(max(r["times"]["torch"][i] for r in res) for i in range(repeats))
-    g = [{k: t for r in res for k, t in r["grads"][impl].items()} for impl in ("scratch", "torch")]
-    return {"ours_s": t_ours, "torch_s": t_torch, "ratio": t_ours / t_torch,
-            "max_grad_diff": max_abs_diff(*g)}
