@@ -32,7 +32,7 @@ DEMO_CONFIG = dict(vocab_size=256, seq_len=64, n_layers=4, n_heads=4, d_model=64
 STRATEGIES = ("dp", "dp_overlap", "zero1", "zero2", "fsdp", "torch_ddp", "torch_fsdp2")
 # 512 KiB: two buckets for the demo model (DDP's default is 25 MiB). Each bucket costs one ring
 # all-reduce, 2(n-1) rounds of messages, and with 4 ranks on 2 cores a round costs milliseconds of
-# scheduling: 4 buckets of 256 KiB made overlapped DP ~1.6x slower than DDP, 2 buckets keep some
+# scheduling: 4 buckets of 256 KiB made overlapped DP 1.6-2.3x slower than DDP, 2 buckets keep some
 # overlap at DDP's speed (the bucket-size trade-off of Li et al. 2020, arXiv 2006.15704).
 DEFAULT_BUCKET_BYTES = 2**19
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
