@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib import causality, moe
+from course_lib import causality, moe, moe_train
 from course_lib.model import GPTConfig, CausalSelfAttention
 
 
@@ -193,12 +193,12 @@ def test_moe_rejects_bad_configuration():
 
 def test_moe_gpt_trains_and_records_stats():
     cfg = GPTConfig(seq_len=16, n_layers=1, n_heads=2, d_model=32)
-    model = moe.moe_gpt(cfg, n_experts=4, router="token", capacity_factor=1.25)
-    losses = moe.train(model, 25, batch_size=8, aux_coef=0.01)
+    model = moe_train.moe_gpt(cfg, n_experts=4, router="token", capacity_factor=1.25)
+    losses = moe_train.train(model, 25, batch_size=8, aux_coef=0.01)
     assert np.mean(losses[-5:]) < losses[0] - 0.5
-    (logits,) = moe.router_logits(model, torch.zeros(2, 16, dtype=torch.long))
+    (logits,) = moe_train.router_logits(model, torch.zeros(2, 16, dtype=torch.long))
     assert logits.shape == (2, 16, 4)
-    curve = moe.drop_curve(logits, [0.5, 1.0, 2.0, 4.0])
+    curve = moe_train.drop_curve(logits, [0.5, 1.0, 2.0, 4.0])
     assert np.all(np.diff(curve) <= 0) and curve[-1] == 0.0
 
 
@@ -273,13 +273,13 @@ def test_harness_rejects_bad_arguments():
 def test_prefix_consistency_separates_causal_from_acausal_models():
     cfg = GPTConfig(seq_len=12, n_layers=1, n_heads=2, d_model=32)
     idx = torch.randint(0, 256, (4, 12), generator=torch.Generator().manual_seed(0))
-    tc = moe.moe_gpt(cfg, 4, router="token").eval()
-    ec = moe.moe_gpt(cfg, 4, router="expert", capacity_factor=1.0).eval()
+    tc = moe_train.moe_gpt(cfg, 4, router="token").eval()
+    ec = moe_train.moe_gpt(cfg, 4, router="expert", capacity_factor=1.0).eval()
     for m in (tc, ec):
         for blk in m.blocks:
             blk.mlp.router.weight.data.mul_(50)
-    fcfs = moe.moe_gpt(cfg, 4, router="token", capacity_factor=1.0).eval()
-    fixed = moe.moe_gpt(cfg, 4, router="token", capacity_factor=1.0, capacity_tokens=12).eval()
+    fcfs = moe_train.moe_gpt(cfg, 4, router="token", capacity_factor=1.0).eval()
+    fixed = moe_train.moe_gpt(cfg, 4, router="token", capacity_factor=1.0, capacity_tokens=12).eval()
     for m in (tc, ec, fcfs, fixed):
         for blk in m.blocks:
             blk.mlp.router.weight.data.mul_(50)
