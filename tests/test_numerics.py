@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib import fp_allreduce as fa
-from course_lib import numerics as nm
+from course_lib import numerics as nm, numerics_train
 
 SMALL = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 
@@ -145,9 +145,9 @@ def test_stochastic_sum_mean_matches_and_spread_matches_theory():
 
 
 def test_low_precision_training_bias():
-    near = nm.train_low_precision("nearest", steps=60)
-    stoch = nm.train_low_precision("stochastic", steps=60)
-    ref = nm.train_low_precision("fp32", steps=60)
+    near = numerics_train.train_low_precision("nearest", steps=60)
+    stoch = numerics_train.train_low_precision("stochastic", steps=60)
+    ref = numerics_train.train_low_precision("fp32", steps=60)
     assert near["lost_fraction"] > 0.05 and ref["lost_fraction"] == 0
     tail = lambda o: sum(o["losses"][-10:]) / 10   # noqa: E731
     assert abs(tail(stoch) - tail(ref)) < abs(tail(near) - tail(ref))
@@ -165,8 +165,8 @@ def test_low_precision_training_bias():
     (lambda: nm.ulp_table(("fp16", "fp4")), "formats"),
     (lambda: nm.running_sum([], "fp16"), "values"),
     (lambda: nm.stochastic_round(torch.ones(2), "fp8_e4m3", torch.Generator()), "dtype"),
-    (lambda: nm.train_low_precision("floor"), "rounding"),
-    (lambda: nm.train_low_precision("fp32", lr=2.0), "lr"),
+    (lambda: numerics_train.train_low_precision("floor"), "rounding"),
+    (lambda: numerics_train.train_low_precision("fp32", lr=2.0), "lr"),
     (lambda: fa.rank_gradients(0, 10), "world_size"),
     (lambda: fa.rank_gradients(2, 10, scale=-1.0), "scale"),
     (lambda: fa.reference_allreduce(torch.ones(2, 3), "butterfly"), "algorithm"),
