@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import distill, distill_run, distill_train, flops
+from course_lib import distill, distill_noise, distill_run, distill_train, flops
 from course_lib.model import GPT, GPTConfig
 
 OPUS = distill.PRICES["Claude Opus 4.6"]
@@ -199,7 +199,7 @@ def test_sampled_text_gradient_is_unbiased():
     teacher, student = GPT(TINY_T, seed=3), GPT(TINY_S, seed=4)
     prompts = torch.randint(0, 256, (4, 8), generator=torch.Generator().manual_seed(1))
     tok, logits = distill_train.sample_with_logits(teacher, prompts, 16, torch.Generator().manual_seed(2))
-    res = distill_train.sampled_gradient_error(student, tok, logits, 8, [1, 64], torch.Generator().manual_seed(5))
+    res = distill_noise.sampled_gradient_error(student, tok, logits, 8, [1, 64], torch.Generator().manual_seed(5))
     e1, e64 = res["rel_error"]
     assert e64 < e1 / 4
     assert e1 / 8 / 2 < e64 < e1 / 8 * 2
@@ -239,14 +239,14 @@ def test_pooled_purchase_accounting_and_prefix_reruns():
 def test_noise_formula_and_topk_bias():
     gen = torch.Generator().manual_seed(0)
     logits = 2.0 * torch.randn(3, 40, 256, generator=gen)
-    noise = distill_train.target_noise(logits, 400, torch.Generator().manual_seed(1))
+    noise = distill_noise.target_noise(logits, 400, torch.Generator().manual_seed(1))
     assert noise["measured"] == pytest.approx(noise["theory"], rel=0.02)
     p = logits.softmax(-1)
     assert noise["theory"] == pytest.approx(float((1 - (p * p).sum(-1)).mean()), rel=1e-6)
     for k in (1, 5, 256):
-        s = distill_train.topk_stats(logits, k)
+        s = distill_noise.topk_stats(logits, k)
         assert s["l1_measured"] == pytest.approx(s["l1_theory"], abs=1e-5)
-    assert distill_train.topk_stats(logits, 256)["tail_mass"] == pytest.approx(0.0, abs=1e-5)
+    assert distill_noise.topk_stats(logits, 256)["tail_mass"] == pytest.approx(0.0, abs=1e-5)
 
 
 # ----------------------------------------------------------------- shipped teacher and sweep
