@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_file
 from .._validate import positive, positive_int
 from .tokenize import token_dtype
 
@@ -69,29 +70,12 @@ def plan_shards(n_tokens: float, vocab_size: int, max_shard_bytes: float, seq_le
     return ShardPlan(dtype.name, dtype.itemsize, per_shard, n_shards, int(math.ceil(n_tokens)) * dtype.itemsize)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def atomic_write(path: str | Path, data: bytes | np.ndarray) -> Path:
-    """Write ``data`` to ``path`` so that readers see either the old file or the complete new one:
-    temp file in the same directory, flush, fsync, rename, fsync the directory."""
+    """Write ``data`` to ``path`` so that readers see either the old file or the complete new one
+    (``course_lib.atomic``: temp file in the same directory, fsync, rename, fsync the directory)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data.tobytes() if isinstance(data, np.ndarray) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+    with atomic_file(path, path.with_name(f".{path.name}.{os.getpid()}.tmp")) as f:
+        f.write(data.tobytes() if isinstance(data, np.ndarray) else data)
     return path
 
 

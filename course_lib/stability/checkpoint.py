@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import atomic_file
 from .._validate import choice, positive, positive_int
 
 __all__ = ["CheckpointError", "CheckpointInfo", "save_atomic", "save_naive", "load", "verify",
@@ -93,20 +94,9 @@ def save_atomic(state: dict, path: str | Path, *, chunk_bytes: int = 1 << 20,
     chunk_bytes = positive_int("chunk_bytes", chunk_bytes)
     payload = _serialise(state)
     header, digest = _header(payload)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}")
-    with open(tmp, "wb") as f:
+    with atomic_file(path, path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}"), fsync=fsync) as f:
         f.write(header)
         _write_chunks(f, payload, chunk_bytes, on_chunk)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-    if fsync:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
     return CheckpointInfo(path, len(payload), digest)
 
 
