@@ -114,6 +114,18 @@ def _torch_memory(model, opt) -> Callable:
                     "optimizer": optimizer_state_bytes(opt)}
 
 
+def _step_fn(model, zero_grad: Callable[[], None], update: Callable[[], None]) -> Callable:
+    """One training step of any strategy: ``zero_grad()``, forward and backward through ``model``,
+    then ``update()`` (the strategy's gradient synchronisation and optimizer step)."""
+    def step(batch):
+        zero_grad()
+        loss = _loss(model, batch)
+        loss.backward()
+        update()
+        return loss
+    return step
+
+
 def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_bytes: int | None,
            reshard_root: bool = True) -> _Run:
     """Wrap ``model`` for ``strategy`` (see the module docstring)."""
@@ -128,48 +140,23 @@ def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_byt
         w = dp_mod.DataParallel(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
         opt = torch.optim.AdamW(model.parameters(), **hp)
 
-        def step(batch):
-            w.zero_grad()
-            loss = _loss(model, batch)
-            loss.backward()
+        def update():
             w.finish()
             opt.step()
-            return loss
-        return _Run(step, named(lambda p: p), named(lambda p: p.grad), lambda: w.memory_bytes(opt), comm)
+        return _Run(_step_fn(model, w.zero_grad, update), named(lambda p: p), named(lambda p: p.grad), lambda: w.memory_bytes(opt), comm)
     if strategy in ("zero1", "zero2"):
         z = zero_mod.ZeroOptimizer(model, comm, stage=int(strategy[-1]), bucket_bytes=bucket_bytes, **hp)
-
-        def step(batch):
-            z.zero_grad()
-            loss = _loss(model, batch)
-            loss.backward()
-            z.step()
-            return loss
-        return _Run(step, named(lambda p: p), z.full_grads, z.memory_bytes, comm)
+        return _Run(_step_fn(model, z.zero_grad, z.step), named(lambda p: p), z.full_grads, z.memory_bytes, comm)
     if strategy == "fsdp":
         f = fsdp_mod.FSDP(model, comm, units=list(model.blocks), reshard_root=reshard_root)
         opt = torch.optim.AdamW(f.parameters(), **hp)
-
-        def step(batch):
-            opt.zero_grad(set_to_none=False)
-            loss = _loss(model, batch)
-            loss.backward()
-            opt.step()
-            return loss
-        return _Run(step, f.full_state, lambda: f.full_state(grads=True), lambda: f.memory_bytes(opt), comm)
+        return _Run(_step_fn(model, lambda: opt.zero_grad(set_to_none=False), opt.step), f.full_state, lambda: f.full_state(grads=True), lambda: f.memory_bytes(opt), comm)
     if strategy == "torch_ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         cap = (bucket_bytes if bucket_bytes is not None else DEFAULT_BUCKET_BYTES) / 2**20
         ddp = DDP(model, process_group=ctx.group, bucket_cap_mb=cap)   # same buckets as dp_overlap
         opt = torch.optim.AdamW(ddp.parameters(), **hp)
-
-        def step(batch):
-            opt.zero_grad()
-            loss = _loss(ddp, batch)
-            loss.backward()
-            opt.step()
-            return loss
-        return _Run(step, named(lambda p: p), named(lambda p: p.grad), _torch_memory(model, opt))
+        return _Run(_step_fn(ddp, opt.zero_grad, opt.step), named(lambda p: p), named(lambda p: p.grad), _torch_memory(model, opt))
     if strategy == "torch_fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -178,14 +165,7 @@ def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_byt
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         opt = torch.optim.AdamW(model.parameters(), **hp)
-
-        def step(batch):
-            opt.zero_grad()
-            loss = _loss(model, batch)
-            loss.backward()
-            opt.step()
-            return loss
-        return _Run(step, named(lambda p: p.full_tensor()), named(lambda p: p.grad.full_tensor()),
+        return _Run(_step_fn(model, opt.zero_grad, opt.step), named(lambda p: p.full_tensor()), named(lambda p: p.grad.full_tensor()),
                     _torch_memory(model, opt))
     raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
 
