@@ -137,3 +137,16 @@ def site_url(html_dir: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread for a test module (``pytestmark = pytest.mark.usefixtures(...)``):
+    the course's models are tiny, and on a shared 2-core machine OpenMP's spinning second thread
+    makes them 10-100x slower."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+

@@ -15,13 +15,7 @@ from course_lib.model import GPT, GPTConfig
 OPUS = distill.PRICES["Claude Opus 4.6"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small models on a shared 2-core machine: more than one torch thread is 20x slower here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- the bill

@@ -10,13 +10,7 @@ from course_lib import causality, moe, moe_train
 from course_lib.model import GPTConfig, CausalSelfAttention
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: extra threads only spin (10-50× slower on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- calculators

@@ -19,14 +19,7 @@ from course_lib.rl import actors, simulate as sim, task
 DIST = task.LengthDist.power_law(4, 64, 1.2)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The policy is tiny: one intra-op thread is fastest, and on a busy machine OpenMP's
-    spinning threads make a second one up to 100x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- lengths and task

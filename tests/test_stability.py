@@ -34,12 +34,7 @@ def clean150(split):
     return loop.train_run(loop.TINY, replace(ablation.SPIKE_BASE, steps=150), split, keep_model=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ----------------------------------------------------------------------------- loss scaler
