@@ -206,6 +206,9 @@ def test_bubble_parts_add_up_and_replay_the_measured_op_times():
     st = r.steadiest_step()
     assert r.bubble() == r.bubbles()[st]
     assert abs(r.bubble_parts()["op_times"]) == min(abs(r.bubble_parts(s)["op_times"]) for s in range(3))
+    assert r.median_bubble() == sorted(r.bubbles())[1]
+    table = pipeline_run.bubble_table([r]).splitlines()
+    assert len(table) == 2 and table[1].startswith("1f1b        m=4 v=1")
 
 
 def test_measured_bubble_matches_the_formula_on_a_quiet_machine():

@@ -41,8 +41,8 @@ from .activation_meter import ActivationMeter
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
 from .pipeline_schedules import SCHEDULES, Op, schedule
 
-__all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "run_pipeline",
-           "reference_step", "max_abs_diff"]
+__all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "bubble_table",
+           "run_pipeline", "reference_step", "max_abs_diff"]
 
 #: Microbatch size (sequences) for timing runs of ``DEMO``: a stage's forward then takes ~25 ms
 #: and its backward ~50 ms on one core, so the ~0.3 ms a message and the Python around it cost
@@ -268,6 +268,10 @@ class RunResult:
         """Measured bubble fraction of the steadiest step (``steadiest_step``)."""
         return self.timeline.bubble_fraction(self.steadiest_step())
 
+    def median_bubble(self) -> float:
+        """Measured bubble fraction of the median step (the upper middle one for an even count)."""
+        return sorted(self.bubbles())[self.steps // 2]
+
     def step_timeline(self, step: int | None = None) -> Timeline:
         """The events of one step (default: the steadiest), clock starting at 0."""
         step = self.steadiest_step() if step is None else step
@@ -277,8 +281,8 @@ class RunResult:
         """Step ``step`` replayed by the exact simulator with every forward and backward taking
         the time it took on the real ranks, and messages arriving instantly: what the schedule
         alone would have done with these measured op times."""
-        tl = Timeline(self.p, [e for e in self.timeline.events if e.step == step])
-        times = {(e.kind, e.mb, e.chunk * self.p + e.rank): e.duration for e in tl.of(kinds=("F", "B"))}
+        times = {(e.kind, e.mb, e.chunk * self.p + e.rank): e.duration
+                 for e in self.timeline.of(kinds=("F", "B"), step=step)}
         return simulate(schedule(self.schedule, self.p, self.m, self.v), t_forward=1.0,
                         t_backward=1.0, op_times=times)
 
@@ -294,6 +298,17 @@ class RunResult:
         formula = bubble_fraction(self.p, self.m, self.v)
         return {"schedule": formula, "op_times": replayed - formula, "transfer": measured - replayed,
                 "measured": measured}
+
+
+def bubble_table(runs: Sequence[RunResult]) -> str:
+    """One line per run: the formula, the measured bubble (steadiest step), the median step, and
+    the steadiest step's op-time and transfer parts in percentage points (``bubble_parts``)."""
+    lines = [f"p = {runs[0].p} processes      formula  measured  (median)   op times  transfer   (parts in points)"]
+    for r in runs:
+        q = r.bubble_parts()
+        lines.append(f"{r.schedule:11s} m={r.m} v={r.v}  {q['schedule']:7.1%}  {q['measured']:8.1%}  "
+                     f"({r.median_bubble():6.1%})  {100 * q['op_times']:+8.1f}  {100 * q['transfer']:+8.1f}")
+    return "\n".join(lines)
 
 
 def _merge(per_rank: list[dict], key: str) -> dict | None:
