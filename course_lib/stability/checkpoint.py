@@ -276,7 +276,10 @@ def _main(argv: list[str] | None = None) -> int:
     def on_chunk(done: int, total: int) -> None:
         chunks[0] += 1
         if a.ready is not None and chunks[0] == a.ready_after:
-            a.ready.write_text(f"{done} {total}\n")
+            # atomically: the parent kills this process as soon as the file exists, and must
+            # never find it empty
+            with atomic_file(a.ready, a.ready.with_name(a.ready.name + ".part"), fsync=False) as f:
+                f.write(f"{done} {total}\n".encode())
         time.sleep(throttle)
 
     save = save_atomic if mode == "atomic" else save_naive
