@@ -1,4 +1,5 @@
-"""Small, stable text reports: the "measured | theory | ratio" table every lab prints."""
+"""Small, stable reports: the "measured | theory | ratio" table every lab prints, Markdown tables
+for the book pages, 1.23B-style numbers, and the largest difference between two sets of tensors."""
 from __future__ import annotations
 
 import math
@@ -36,3 +37,29 @@ def compare_table(rows: Iterable[Sequence], *, digits: int = 3, tolerance: float
            "-+-".join("-" * w for w in widths)]
     out += [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in lines]
     return "\n".join(out)
+
+
+def si(x: float) -> str:
+    """``x`` with 3 significant digits and a k/M/B/T suffix (1.23B), as the book's tables quote sizes."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def md_table(header: Sequence[str], rows: Iterable[Sequence]):
+    """A Markdown table (an ``IPython.display.Markdown``, which the book renders as a real table)
+    from a header and rows of already formatted cells."""
+    from IPython.display import Markdown
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return Markdown("\n".join(lines))
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    """Largest elementwise difference between two name → tensor dicts with the same keys (e.g. a
+    parallel run's gradients against the single-process reference's)."""
+    if set(a) != set(b):
+        raise ValueError(f"the dicts name different parameters: {sorted(set(a) ^ set(b))[:4]}")
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from . import flops, hardware, scaling
 from ._validate import choice, positive
+from .report import si
 
 __all__ = ["scaling_calculator", "render_scaling", "isoflop_figure", "static_table", "interactive",
            "scaling_widget"]
@@ -44,19 +45,12 @@ def scaling_calculator(compute: float, fit: str = "besiroglu", gpu: str = "H100-
             "n_gpus": float(n_gpus), "mfu": float(mfu)}
 
 
-def _si(x: float) -> str:
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
-
-
 def render_scaling(result: Mapping) -> str:
     """A few aligned lines describing a ``scaling_calculator`` result."""
     return "\n".join([
         f"compute budget      {result['compute']:.3g} FLOP   (fit: {result['fit']})",
-        f"parameters N*       {_si(result['n_params'])}",
-        f"tokens D*           {_si(result['n_tokens'])}   ({result['tokens_per_param']:.1f} tokens/param)",
+        f"parameters N*       {si(result['n_params'])}",
+        f"tokens D*           {si(result['n_tokens'])}   ({result['tokens_per_param']:.1f} tokens/param)",
         f"predicted loss      {result['loss']:.3f} nats/token   ({result['loss_fit']} fit)",
         f"training time       {result['days']:.1f} days on {result['n_gpus']:.0f} × {result['gpu']} "
         f"at {100 * result['mfu']:.0f}% MFU",
@@ -76,10 +70,10 @@ def isoflop_figure(compute: float, fits: Iterable[str] = ("hoffmann", "besiroglu
         lf = scaling.get_fit(fit)
         n_star, _ = scaling.compute_optimal(c, fit)
         n = np.geomspace(n_star / span, n_star * span, 200)
-        ax.plot(n, lf.loss(n, c / (6 * n)), color=color, label=f"{fit}: N* = {_si(n_star)}")
+        ax.plot(n, lf.loss(n, c / (6 * n)), color=color, label=f"{fit}: N* = {si(n_star)}")
         ax.plot([n_star], [lf.loss(n_star, c / (6 * n_star))], "o", color=color)
     n20, _ = scaling.compute_optimal(c, "tokens_per_param")
-    ax.axvline(n20, color="grey", ls=":", lw=1, label=f"20 tokens/param: {_si(n20)}")
+    ax.axvline(n20, color="grey", ls=":", lw=1, label=f"20 tokens/param: {si(n20)}")
     ax.set(xscale="log", xlabel="parameters N (D = C/6N)", ylabel="predicted loss",
            title=f"IsoFLOP line, C = {c:.2g} FLOP")
     ax.legend()
@@ -94,7 +88,7 @@ def static_table(callback: Callable[..., dict], rows: Iterable[Mapping], columns
         if spec:
             return format(v, spec)
         if isinstance(v, float):
-            return _si(v) if abs(v) >= 1e3 and math.isfinite(v) else f"{v:.3g}"
+            return si(v) if abs(v) >= 1e3 and math.isfinite(v) else f"{v:.3g}"
         return str(v)
     cols = {k: (c, "") if isinstance(c, str) else tuple(c) for k, c in columns.items()}
     results = [callback(**row) for row in rows]

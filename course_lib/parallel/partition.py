@@ -28,7 +28,7 @@ from ..model import GPT, GPTConfig
 
 __all__ = ["balanced_partition", "even_partition", "stage_costs", "bounds", "check_sizes",
            "Embed", "Head", "gpt_layers", "StageModule", "build_stage", "make_batch",
-           "measure_layer_costs", "DEMO"]
+           "measure_layer_costs", "simulated_step", "DEMO"]
 
 # The lab's model: 4 blocks of width 256 and a small vocabulary, so the blocks dominate and equal
 # block counts give equal stage times; one microbatch of 2 × 64 tokens is a few ms per block.
@@ -218,3 +218,14 @@ def measure_layer_costs(cfg: GPTConfig = DEMO, mb_size: int = 2, repeats: int = 
                                          else f" (window {cfg.windows[i]})") for i in range(cfg.n_layers)] + ["head + loss"]
     return [{"layer": n, "forward": statistics.median(t["forward"][1:]),
              "backward": statistics.median(t["backward"][1:])} for n, t in zip(names, times)]
+
+
+def simulated_step(costs: Sequence[dict], sizes: Sequence[int], m: int, schedule: str = "1f1b") -> float:
+    """Step time the exact simulator predicts for ``schedule`` with ``m`` microbatches when the
+    layers, with the measured ``costs`` (``measure_layer_costs``), are cut into ``sizes``: each
+    stage's forward and backward time is the sum of its layers'."""
+    from ..pipeline import simulate
+    t_f = stage_costs([c["forward"] for c in costs], sizes)
+    t_b = stage_costs([c["backward"] for c in costs], sizes)
+    return simulate(schedule, len(sizes), m, t_forward=t_f, t_backward=t_b).makespan()
+

@@ -37,6 +37,7 @@ from ..dist import launch
 from ..gantt import Event, Timeline
 from ..model import GPT, GPTConfig
 from ..pipeline import bubble_fraction, simulate
+from ..report import max_abs_diff
 from .activation_meter import ActivationMeter
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
 from .pipeline_schedules import SCHEDULES, Op, schedule
@@ -368,10 +369,3 @@ def reference_step(cfg: GPTConfig = DEMO, batch_size: int = 8, steps: int = 1, *
                 q.add_(q.grad, alpha=-lr)
                 q.grad = None
     return first, {n: q.detach().clone() for n, q in model.named_parameters()}, losses
-
-
-def max_abs_diff(a: dict, b: dict) -> float:
-    """Largest elementwise difference between two name → tensor dicts with the same keys."""
-    if set(a) != set(b):
-        raise ValueError(f"the dicts name different parameters: {sorted(set(a) ^ set(b))[:4]}")
-    return max(float((a[k] - b[k]).abs().max()) for k in a)

@@ -37,7 +37,7 @@ from .checkpoint import rng_state, set_rng_state
 from .scaler import DTYPES, DynamicLossScaler
 
 __all__ = ["TINY", "StabilityConfig", "DataStream", "StepRecord", "Trainer", "lr_schedule", "activation_peaks",
-           "train_run", "forward_loss"]
+           "train_run", "forward_loss", "first_step_update"]
 
 TINY = GPTConfig(vocab_size=256, seq_len=32, n_layers=2, n_heads=2, d_model=32)
 
@@ -315,3 +315,16 @@ def forward_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, precision: str) -
     m = copy.deepcopy(model).to(DTYPES[choice("precision", precision, tuple(DTYPES))])
     logits = m(x)
     return float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1)))
+
+
+def first_step_update(split: CorpusSplit, grad_clip: float | None, lr: float = 0.4) -> tuple[float, float]:
+    """Adam's first step without warmup: one AdamW step of ``TINY`` at ``lr``, returning the median
+    |Δw| over the weights it moved and the gradient norm. The first update is ≈ lr·sign(g) per
+    weight whatever the gradient's size, so clipping (a positive rescale of g) does not shrink it."""
+    cfg = StabilityConfig(steps=10, lr=lr, warmup_steps=0, grad_clip=grad_clip, weight_decay=0.0)
+    t = Trainer(TINY, cfg, split)
+    before = [p.detach().clone() for p in t.master.parameters()]
+    rec = t.train_step()
+    deltas = torch.cat([(p.detach() - b).abs().flatten() for p, b in zip(t.master.parameters(), before)])
+    return float(deltas[deltas > 0].median()), rec.grad_norm
+
