@@ -4,7 +4,9 @@ PipelineRL's in-flight weight updates, on ``torch.distributed`` (gloo on CPU, NC
 Rank 0 is the learner, ranks 1…n are actors. Two channels, each on its own process group:
 
 * **weights**, learner → actors: ``dist.broadcast`` of one flat float32 buffer
-  ``[version, publish time, *parameters]`` on ``weights_group``. Every actor always has one
+  ``[version, publish time, *parameters]`` on ``weights_group`` (the time in seconds since the
+  learner's first publication: a float32 holds that to microseconds, a raw clock reading of
+  10⁴–10⁶ s only to milliseconds or worse). Every actor always has one
   asynchronous broadcast posted into its buffer (``async_op=True``) and *polls* it; version −1
   means stop. Swapping in new weights is ``swap_weights`` (the graded exercise rewrites it).
 * **sequences**, actors → learner: one ``isend`` per finished sequence of a fixed-size float64
@@ -46,11 +48,12 @@ def post_receive(buf: torch.Tensor, group: Any) -> Any:
     return dist.broadcast(buf, src=0, group=group, async_op=True)
 
 
-def publish(model: torch.nn.Module, version: int, group: Any) -> tuple[Any, torch.Tensor]:
-    """Learner side: broadcast ``[version, now, *parameters]`` without waiting; keep the
-    returned buffer alive until the handle completes."""
+def publish(model: torch.nn.Module, version: int, group: Any, clock: float = 0.0) -> tuple[Any, torch.Tensor]:
+    """Learner side: broadcast ``[version, clock, *parameters]`` without waiting (``clock``: the
+    learner's time of publication, seconds since its first one); keep the returned buffer alive
+    until the handle completes."""
     flat = parameters_to_vector(model.parameters()).detach().float()
-    buf = torch.cat([torch.tensor([float(version), time.monotonic()]), flat])
+    buf = torch.cat([torch.tensor([float(version), clock]), flat])
     return dist.broadcast(buf, src=0, group=group, async_op=True), buf
 
 
@@ -98,7 +101,7 @@ class _Actor:
         self.pending = post_receive(self.buf, wg)
         self.version, self.started, self.batches = -2, 0, 0
         self.steps: list[tuple] = []    # (t0, t1, busy slots, 1) per decode step
-        self.swaps: list[tuple] = []    # (t picked up, version, t published, seconds to load)
+        self.swaps: list[tuple] = []    # (t picked up, version, seconds to load)
         self.sends: list = []
         self.stale: list[float] = []    # stale-KV-cache gaps measured after in-flight swaps
 
@@ -113,7 +116,7 @@ class _Actor:
         if v == STOP:
             return False
         self.version = v
-        self.swaps.append((t0, v, float(self.buf[1]), time.monotonic() - t0))
+        self.swaps.append((t0, v, time.monotonic() - t0))
         if self.mode == "pipeline":
             self.probe_stale_cache()
         return True
@@ -199,7 +202,7 @@ class _Actor:
             w.wait()
         return {"steps": np.asarray(self.steps, float).reshape(-1, 4), "cpu_s": time.process_time(),
                 "stale_kv": np.asarray(self.stale),
-                "swaps": np.asarray(self.swaps, float).reshape(-1, 4)}
+                "swaps": np.asarray(self.swaps, float).reshape(-1, 3)}
 
 
 def _learner(ctx, wg, mode: str, steps: int, slots: int, batch: int, max_len: int, lr: float,
@@ -210,8 +213,9 @@ def _learner(ctx, wg, mode: str, steps: int, slots: int, batch: int, max_len: in
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     M = max_len
     msg = torch.zeros(HEAD + 3 * M, dtype=torch.float64)
+    t_first = time.monotonic()
+    published = [t_first]                    # float64 clock of each version's publication
     works = [publish(model, 0, wg)]
-    t_first = float(works[0][1][1])
     rows: list[tuple] = []
     lag_tokens = np.zeros(1)
     seq_versions, seq_lengths, seq_lag, mismatch = [], [], [], []
@@ -248,11 +252,12 @@ def _learner(ctx, wg, mode: str, steps: int, slots: int, batch: int, max_len: in
         single = mask & (vers == k) & (nver == 1)[:, None]     # sampled by these very weights
         mismatch += (logp.detach() - blogp).abs()[single].tolist()
         if k < steps - 1:
-            works.append(publish(model, k + 1, wg))
+            published.append(time.monotonic())
+            works.append(publish(model, k + 1, wg, published[-1] - t_first))
             works = [w for w in works if not w[0].is_completed()]
         rows.append((t_wait, t0, time.monotonic(), float(rewards.mean()), st["mean_abs_log_ratio"],
                      st["clipped_fraction"]))
-    works.append(publish(model, STOP, wg))
+    works.append(publish(model, STOP, wg, time.monotonic() - t_first))
     for a in range(1, n + 1):                # drain what the actors sent after the last step
         while True:
             dist.recv(msg, src=a, group=ctx.group)
@@ -260,7 +265,8 @@ def _learner(ctx, wg, mode: str, steps: int, slots: int, batch: int, max_len: in
                 break
     for w, _ in works:
         w.wait()
-    return {"rows": np.asarray(rows), "t_first": t_first, "lag_tokens": lag_tokens,
+    return {"rows": np.asarray(rows), "t_first": t_first, "published": np.asarray(published),
+            "lag_tokens": lag_tokens,
             "param_checksum": float(sum(p.detach().double().sum() for p in model.parameters())),
             "seq_lag": np.asarray(seq_lag), "cpu_s": time.process_time(),
             "final_weights": parameters_to_vector(model.parameters()).detach().numpy().copy(),
@@ -312,7 +318,9 @@ def run(mode: str, n_actors: int = 2, steps: int = 60, slots: int = 4, batch: in
     learner, t0 = res[0], res[0]["t_first"]
     rows = learner["rows"]
     gen = [a["steps"] - np.array([t0, t0, 0.0, 0.0]) for a in res[1:]]
-    swaps = np.concatenate([a["swaps"] for a in res[1:]])
+    picked = np.concatenate([a["swaps"] for a in res[1:]])      # (picked up, version, load s)
+    published = learner["published"][picked[:, 1].astype(int)]
+    swaps = np.column_stack([picked[:, 0], picked[:, 1], published, picked[:, 2]])
     stats = {"t_decode": float(np.concatenate([g[:, 1] - g[:, 0] for g in gen]).mean()),
              "t_train": float((rows[:, 2] - rows[:, 1]).mean()),
              "pickup_latency": float((swaps[:, 0] - swaps[:, 2]).mean()), "t_swap": float(swaps[:, 3].mean()),
