@@ -138,11 +138,11 @@ def test_question_validation():
 
 # --------------------------------------------------------------------------- Checker
 def test_check_prints_one_deterministic_line(check, capsys):
-    assert check("flops", 1.2e20) is True
-    assert check("flops", 4e19) is False
-    assert check("dtype", "fp16") is False
-    assert check("flops", "abc") is False
-    assert check("scale", lambda x: 1 / 0) is False
+    assert check("flops", 1.2e20)
+    assert not check("flops", 4e19)
+    assert not check("dtype", "fp16")
+    assert not check("flops", "abc")
+    assert not check("scale", lambda x: 1 / 0)
     out = capsys.readouterr().out.splitlines()
     assert out == [
         "✔ flops: correct (2/2 points)",
@@ -182,6 +182,17 @@ def test_unknown_names_raise(check, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ValueError, match="duplicate question id 'a'"):
         Checker("dup", bank="dup_bank_fixture")
+
+
+def test_check_returns_a_verdict_a_notebook_does_not_echo(check, capsys):
+    from IPython.core.formatters import DisplayFormatter
+
+    ok, bad = check("flops", 1.2e20), check("flops", 4e19)
+    assert (bool(ok), ok.score, ok.points) == (True, 2, 2) and ok == True  # noqa: E712
+    assert (bool(bad), bad.score) == (False, 0) and bad == False  # noqa: E712
+    assert repr(bad) == "Verdict(correct=False, score=0/2)"
+    assert DisplayFormatter().format(ok) == ({}, {})    # no "True" under the verdict line
+    assert len(capsys.readouterr().out.splitlines()) == 2
 
 
 def test_grade_log_records_every_check(check, monkeypatch, tmp_path, capsys):

@@ -1,6 +1,7 @@
 """The in-notebook API: ``check = Checker("ch01_flops")`` then ``check("qid", answer)``.
 
-``check(...)`` prints one deterministic verdict line and returns True for full marks.
+``check(...)`` prints one deterministic verdict line and returns a ``Verdict``: true for full
+marks, and silent as a cell's last value (the line above already said it).
 ``check.hint(qid)``, ``check.reveal(qid)`` and ``check.summary()`` help a stuck student.
 
 Headless grading: when the environment variable ``COURSE_GRADE_LOG`` names a file, every
@@ -57,6 +58,31 @@ def load_bank(chapter_id: str, bank: str | None = None) -> list[Question]:
     return list(questions)
 
 
+class Verdict:
+    """What ``check(...)`` returns: truthy exactly on full marks (``if check(...)``, ``assert
+    check(...)``), with the score; a notebook shows nothing for it, since the verdict line was
+    already printed (a bare ``True`` under every check cell said nothing new)."""
+
+    __slots__ = ("correct", "score", "points")
+
+    def __init__(self, correct: bool, score: float, points: float) -> None:
+        self.correct, self.score, self.points = bool(correct), score, points
+
+    def __bool__(self) -> bool:
+        return self.correct
+
+    def __eq__(self, other: object) -> bool:
+        return self.correct == other if isinstance(other, bool) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Verdict(correct={self.correct}, score={fmt_points(self.score)}/{fmt_points(self.points)})"
+
+    def _ipython_display_(self) -> None:
+        """Display nothing: IPython calls this instead of printing the repr as the cell's value."""
+
+
 class Checker:
     """Grades a chapter's questions inside a notebook. ``bank`` overrides the bank's module path
     (used by tests and by instructors trying out a bank outside ``course_lib.checks``)."""
@@ -76,8 +102,8 @@ class Checker:
                              f"questions: {', '.join(self.questions)}")
         return q
 
-    def __call__(self, qid: str, answer: Any) -> bool:
-        """Grade ``answer`` for question ``qid``, print one line, record it; True if full marks."""
+    def __call__(self, qid: str, answer: Any) -> "Verdict":
+        """Grade ``answer`` for question ``qid``, print one line, record it; truthy if full marks."""
         q = self._question(qid)
         result = q.grade(answer)
         best = self._best.get(qid)
@@ -85,7 +111,7 @@ class Checker:
             self._best[qid] = result
         print(result.line())
         self._record(result)
-        return result.correct
+        return Verdict(result.correct, result.score, result.points)
 
     def _record(self, result: Result) -> None:
         path = os.environ.get(LOG_ENV)
