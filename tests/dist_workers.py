@@ -40,3 +40,17 @@ def write_pid_then_sleep(ctx, folder):
     with open(os.path.join(folder, f"rank{ctx.rank}.pid"), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(300)
+
+
+def first_optimizer_step(ctx):
+    """CPU seconds of this rank's first AdamW step, and whether torch._dynamo (which the step
+    imports) was already loaded when the rank started."""
+    import sys
+    import torch
+    preloaded = "torch._dynamo" in sys.modules
+    model = torch.nn.Linear(4, 4)
+    t0 = time.process_time()
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    return preloaded, time.process_time() - t0
