@@ -102,7 +102,7 @@ class Checker:
                              f"questions: {', '.join(self.questions)}")
         return q
 
-    def __call__(self, qid: str, answer: Any) -> "Verdict":
+    def __call__(self, qid: str, answer: Any) -> Verdict:
         """Grade ``answer`` for question ``qid``, print one line, record it; truthy if full marks."""
         q = self._question(qid)
         result = q.grade(answer)

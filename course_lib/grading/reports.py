@@ -1,0 +1,111 @@
+"""The grades of a folder of notebooks (:class:`NotebookGrade`, one :class:`Row` per question) and
+the reports the runner writes from them: a plain-text table for the terminal, ``summary.md`` for a
+CI job summary, ``junit.xml`` for CI test panels and ``grades.json`` for gradebooks."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course_lib.grading.values import fmt_points
+
+
+@dataclass
+class Row:
+    qid: str
+    points: float
+    score: float
+    message: str
+
+
+@dataclass
+class NotebookGrade:
+    name: str
+    chapter: str
+    rows: list[Row] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def points(self) -> float:
+        return round(sum(r.points for r in self.rows), 4)
+
+    @property
+    def score(self) -> float:
+        return round(sum(r.score for r in self.rows), 4)
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.score / self.points if self.points else 0.0
+
+
+
+def table(grades: list[NotebookGrade], pass_mark: float) -> str:
+    head = ("notebook", "question", "points", "score", "message")
+    rows = [(g.name, r.qid, fmt_points(r.points), fmt_points(r.score), r.message)
+            for g in grades for r in g.rows]
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(4)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths), "-" * 7)]
+    lines += [fmt.format(*r) for r in rows]
+    lines.append("")
+    for g in grades:
+        verdict = "pass" if g.percent >= pass_mark else "FAIL"
+        lines.append(f"{g.name} ({g.chapter}): {fmt_points(g.score)}/{fmt_points(g.points)} points "
+                     f"({g.percent:.1f}%) {verdict}")
+    n_fail = sum(g.percent < pass_mark for g in grades)
+    lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def summary_markdown(grades: list[NotebookGrade], pass_mark: float) -> str:
+    lines = [f"# Grades (pass mark {fmt_points(pass_mark)}%)", "",
+             "| notebook | chapter | score | points | % | result |", "|---|---|---:|---:|---:|---|"]
+    for g in grades:
+        verdict = "pass" if g.percent >= pass_mark else "**FAIL**"
+        lines.append(f"| {_md(g.name)} | {_md(g.chapter)} | {fmt_points(g.score)} | {fmt_points(g.points)} "
+                     f"| {g.percent:.1f} | {verdict} |")
+    lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
+    for g in grades:
+        for r in g.rows:
+            lines.append(f"| {_md(g.name)} | {_md(r.qid)} | {fmt_points(r.points)} | {fmt_points(r.score)} "
+                         f"| {_md(r.message)} |")
+    return "\n".join(lines) + "\n"
+
+
+def junit_xml(grades: list[NotebookGrade]) -> bytes:
+    """One testsuite per notebook, one testcase per question; < full marks is a failure."""
+    suites = ET.Element("testsuites", name="course grading")
+    total_tests = total_fail = 0
+    for g in grades:
+        fails = sum(r.score < r.points for r in g.rows)
+        total_tests, total_fail = total_tests + len(g.rows), total_fail + fails
+        s = ET.SubElement(suites, "testsuite", name=g.name, tests=str(len(g.rows)), failures=str(fails),
+                          errors="0", skipped="0", time=f"{g.seconds:.3f}")
+        props = ET.SubElement(s, "properties")
+        for k, v in (("chapter", g.chapter), ("score", fmt_points(g.score)),
+                     ("points", fmt_points(g.points)), ("percent", f"{g.percent:.1f}")):
+            ET.SubElement(props, "property", name=k, value=v)
+        stem = Path(g.name).stem
+        for r in g.rows:
+            tc = ET.SubElement(s, "testcase", classname=f"{stem}.{g.chapter}", name=r.qid, time="0")
+            if r.score < r.points:
+                text = f"{fmt_points(r.score)}/{fmt_points(r.points)} points: {r.message}"
+                ET.SubElement(tc, "failure", message=text, type="score").text = text
+    suites.set("tests", str(total_tests))
+    suites.set("failures", str(total_fail))
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
+
+
+def grades_json(grades: list[NotebookGrade], pass_mark: float) -> str:
+    data = [{"notebook": g.name, "chapter": g.chapter, "score": g.score, "points": g.points,
+             "percent": round(g.percent, 1), "passed": g.percent >= pass_mark,
+             "questions": [{"qid": r.qid, "points": r.points, "score": r.score, "message": r.message}
+                           for r in g.rows]} for g in grades]
+    return json.dumps({"pass_mark": pass_mark, "notebooks": data}, indent=1, sort_keys=True,
+                      ensure_ascii=False) + "\n"
