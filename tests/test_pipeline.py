@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from course_lib import gantt, pipeline
 from course_lib.model import GPTConfig
 from course_lib.parallel import partition, pipeline_run, pipeline_torch, pipeline_schedules as ps
+from course_lib.report import max_abs_diff
 
 SMALL = GPTConfig(vocab_size=64, seq_len=16, n_layers=4, n_heads=2, d_model=32, tie_embeddings=False)
 
@@ -155,8 +156,8 @@ def test_gantt_measures_and_draws():
 def _check_against_reference(res, clip):
     for r in res:
         g, params, losses = pipeline_run.reference_step(SMALL, 2 * r.m, steps=2, clip=clip)
-        assert pipeline_run.max_abs_diff(g, r.grads) < 1e-6, r.schedule
-        assert pipeline_run.max_abs_diff(params, r.params) < 1e-6, r.schedule
+        assert max_abs_diff(g, r.grads) < 1e-6, r.schedule
+        assert max_abs_diff(params, r.params) < 1e-6, r.schedule
         assert r.loss == pytest.approx(losses, rel=1e-5)
 
 

@@ -37,13 +37,12 @@ from ..dist import launch
 from ..gantt import Event, Timeline
 from ..model import GPT, GPTConfig
 from ..pipeline import bubble_fraction, simulate
-from ..report import max_abs_diff
 from .activation_meter import ActivationMeter
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
 from .pipeline_schedules import SCHEDULES, Op, schedule
 
 __all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "bubble_table",
-           "run_pipeline", "reference_step", "max_abs_diff"]
+           "run_pipeline", "reference_step"]
 
 #: Microbatch size (sequences) for timing runs of ``DEMO``: a stage's forward then takes ~25 ms
 #: and its backward ~50 ms on one core, so the ~0.3 ms a message and the Python around it cost
