@@ -143,20 +143,24 @@ def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_byt
         def update():
             w.finish()
             opt.step()
-        return _Run(_step_fn(model, w.zero_grad, update), named(lambda p: p), named(lambda p: p.grad), lambda: w.memory_bytes(opt), comm)
+        return _Run(_step_fn(model, w.zero_grad, update), named(lambda p: p), named(lambda p: p.grad),
+                    lambda: w.memory_bytes(opt), comm)
     if strategy in ("zero1", "zero2"):
         z = zero_mod.ZeroOptimizer(model, comm, stage=int(strategy[-1]), bucket_bytes=bucket_bytes, **hp)
-        return _Run(_step_fn(model, z.zero_grad, z.step), named(lambda p: p), z.full_grads, z.memory_bytes, comm)
+        return _Run(_step_fn(model, z.zero_grad, z.step), named(lambda p: p), z.full_grads, z.memory_bytes,
+                    comm)
     if strategy == "fsdp":
         f = fsdp_mod.FSDP(model, comm, units=list(model.blocks), reshard_root=reshard_root)
         opt = torch.optim.AdamW(f.parameters(), **hp)
-        return _Run(_step_fn(model, lambda: opt.zero_grad(set_to_none=False), opt.step), f.full_state, lambda: f.full_state(grads=True), lambda: f.memory_bytes(opt), comm)
+        step = _step_fn(model, lambda: opt.zero_grad(set_to_none=False), opt.step)
+        return _Run(step, f.full_state, lambda: f.full_state(grads=True), lambda: f.memory_bytes(opt), comm)
     if strategy == "torch_ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         cap = (bucket_bytes if bucket_bytes is not None else DEFAULT_BUCKET_BYTES) / 2**20
         ddp = DDP(model, process_group=ctx.group, bucket_cap_mb=cap)   # same buckets as dp_overlap
         opt = torch.optim.AdamW(ddp.parameters(), **hp)
-        return _Run(_step_fn(ddp, opt.zero_grad, opt.step), named(lambda p: p), named(lambda p: p.grad), _torch_memory(model, opt))
+        return _Run(_step_fn(ddp, opt.zero_grad, opt.step), named(lambda p: p), named(lambda p: p.grad),
+                    _torch_memory(model, opt))
     if strategy == "torch_fsdp2":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -165,8 +169,8 @@ def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_byt
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         opt = torch.optim.AdamW(model.parameters(), **hp)
-        return _Run(_step_fn(model, opt.zero_grad, opt.step), named(lambda p: p.full_tensor()), named(lambda p: p.grad.full_tensor()),
-                    _torch_memory(model, opt))
+        return _Run(_step_fn(model, opt.zero_grad, opt.step), named(lambda p: p.full_tensor()),
+                    named(lambda p: p.grad.full_tensor()), _torch_memory(model, opt))
     raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
 
 

@@ -228,4 +228,3 @@ def simulated_step(costs: Sequence[dict], sizes: Sequence[int], m: int, schedule
     t_f = stage_costs([c["forward"] for c in costs], sizes)
     t_b = stage_costs([c["backward"] for c in costs], sizes)
     return simulate(schedule, len(sizes), m, t_forward=t_f, t_backward=t_b).makespan()
-

@@ -327,4 +327,3 @@ def first_step_update(split: CorpusSplit, grad_clip: float | None, lr: float = 0
     rec = t.train_step()
     deltas = torch.cat([(p.detach() - b).abs().flatten() for p, b in zip(t.master.parameters(), before)])
     return float(deltas[deltas > 0].median()), rec.grad_norm
-
