@@ -136,6 +136,11 @@ def test_checkpoint_roundtrip_and_corruption(tmp_path):
     (tmp_path / "c.ckpt").write_bytes(bytes(raw[: len(raw) // 2]))
     with pytest.raises(checkpoint.CheckpointError, match="truncated"):
         checkpoint.load(tmp_path / "c.ckpt")
+    good = (tmp_path / "a.ckpt").read_bytes()
+    (tmp_path / "e.ckpt").write_bytes(good + b"appended")   # extra bytes are corruption, not truncation
+    with pytest.raises(checkpoint.CheckpointError, match=r"corrupt: 8 extra bytes after the \d+ payload bytes") as e:
+        checkpoint.verify(tmp_path / "e.ckpt")
+    assert "truncated" not in str(e.value)
     with pytest.raises(checkpoint.CheckpointError, match="no checkpoint"):
         checkpoint.load(tmp_path / "missing.ckpt")
     with pytest.raises(ValueError, match="state"):
@@ -157,6 +162,7 @@ def test_sigkill_mid_write(tmp_path, mode):
     assert 0 < r.killed_after_bytes < r.total_bytes          # the kill landed mid-write
     if mode == "atomic":
         assert r.previous_intact and r.leftover_temp_files == 1
+        assert r.temp_files_after_next_save == 0              # the dead writer's file was cleaned
     else:
         assert not r.loads and "truncated" in r.error       # the previous checkpoint is gone too
 
@@ -183,6 +189,40 @@ def test_sigkill_by_hand(tmp_path):
     assert checkpoint.load(path)["step"] == 1
     partial = checkpoint.temp_files(tmp_path)
     assert len(partial) == 1 and partial[0].stat().st_size < 8e6
+    assert partial[0].name == f"ck.ckpt.{proc.pid}.tmp"
+    checkpoint.save_atomic({"step": 2}, tmp_path / "other.ckpt")    # any save into the directory cleans
+    assert checkpoint.temp_files(tmp_path) == [] and checkpoint.load(path)["step"] == 1
+
+
+def _dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_save_removes_only_dead_writers_temp_files(tmp_path):
+    dead = _dead_pid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        header = checkpoint.MAGIC + b"0" * 64
+        files = {"dead": tmp_path / f"a.ckpt.{dead}.tmp", "empty": tmp_path / f"b.ckpt.{dead}.tmp",
+                 "live": tmp_path / f"a.ckpt.{live.pid}.tmp", "mine": tmp_path / f"c.ckpt.{os.getpid()}.tmp",
+                 "foreign": tmp_path / f"notes.{dead}.tmp", "no_pid": tmp_path / "a.ckpt.tmp"}
+        for name, f in files.items():
+            f.write_bytes(b"" if name == "empty" else b"not a checkpoint" if name == "foreign" else header)
+        assert set(checkpoint.temp_files(tmp_path)) == {files[k] for k in ("dead", "empty", "live", "mine", "no_pid")}
+        checkpoint.save_atomic({"step": 1}, tmp_path / "a.ckpt")
+        left = {f.name for f in tmp_path.iterdir()}
+        assert left == {"a.ckpt"} | {files[k].name for k in ("live", "mine", "foreign", "no_pid")}
+        assert checkpoint.clean_temp_files(tmp_path) == []
+        live.kill()
+        live.wait()
+        assert checkpoint.clean_temp_files(tmp_path) == [files["live"]]   # its writer is gone now
+    finally:
+        if live.poll() is None:
+            live.kill()
+            live.wait()
 
 
 # ----------------------------------------------------------------------------- the loop

@@ -11,6 +11,10 @@ as garbage. The remedy is old and simple, and this module implements it:
    old file or the new one, never a mix — then ``fsync`` the directory so the rename is durable;
 4. on load, check the length and the checksum before trusting a single byte.
 
+A writer killed mid-write leaves its ``<path>.<pid>.tmp`` behind; the next :func:`save_atomic`
+into that directory deletes the leftovers of writers that are no longer running (and only those:
+a live writer's temp file, or a ``.tmp`` file that is not a checkpoint, is never touched).
+
 File format: the line ``COURSECKPT1``, then ``<sha256 hex> <payload length>``, then the payload
 (``torch.save`` of the state dict). ``save_naive`` writes in place, without any of this, so the
 lab and the tests can show what it costs.
@@ -25,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import os
 import random
 import signal
 import subprocess
@@ -37,18 +40,18 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import atomic_file
+from ..atomic import atomic_file, remove_stale_temp_files, temp_path
 from .._validate import choice, positive, positive_int
 
 __all__ = ["CheckpointError", "CheckpointInfo", "save_atomic", "save_naive", "load", "verify",
-           "rng_state", "set_rng_state", "temp_files", "CrashResult", "crash_demo"]
+           "rng_state", "set_rng_state", "temp_files", "clean_temp_files", "CrashResult", "crash_demo"]
 
 MAGIC = b"COURSECKPT1\n"
 TMP_SUFFIX = ".tmp"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint file is missing, truncated or fails its checksum."""
+    """A checkpoint file is missing, truncated, has bytes appended or fails its checksum."""
 
 
 @dataclass(frozen=True)
@@ -87,14 +90,17 @@ def save_atomic(state: dict, path: str | Path, *, chunk_bytes: int = 1 << 20,
     """Write ``state`` to ``path`` so that a crash at any moment leaves the previous file intact.
 
     The bytes go to ``<path>.<pid>.tmp`` in the same directory (a rename is only atomic within one
-    filesystem), are flushed and fsynced, and only then renamed onto ``path``. ``on_chunk`` is a
-    hook called after each ``chunk_bytes`` written (the crash demo uses it to signal and slow down).
+    filesystem), are flushed and fsynced, and only then renamed onto ``path``. Before writing, the
+    temp files that dead writers left in that directory are deleted (:func:`clean_temp_files`).
+    ``on_chunk`` is a hook called after each ``chunk_bytes`` written (the crash demo uses it to
+    signal and slow down).
     """
     path = Path(path)
     chunk_bytes = positive_int("chunk_bytes", chunk_bytes)
     payload = _serialise(state)
     header, digest = _header(payload)
-    with atomic_file(path, path.with_name(f"{path.name}.{os.getpid()}{TMP_SUFFIX}"), fsync=fsync) as f:
+    clean_temp_files(path.parent)
+    with atomic_file(path, temp_path(path), fsync=fsync) as f:
         f.write(header)
         _write_chunks(f, payload, chunk_bytes, on_chunk)
     return CheckpointInfo(path, len(payload), digest)
@@ -127,8 +133,11 @@ def _read_verified(path: Path) -> tuple[bytes, CheckpointInfo]:
     except (ValueError, UnicodeDecodeError):
         raise CheckpointError(f"{path.name}: unreadable header") from None
     payload = raw[end + 1:]
-    if len(payload) != length:
+    if len(payload) < length:
         raise CheckpointError(f"{path.name}: truncated: {len(payload)} of {length} payload bytes")
+    if len(payload) > length:
+        raise CheckpointError(f"{path.name}: corrupt: {len(payload) - length} extra bytes after the "
+                              f"{length} payload bytes the header declares (data appended to the file?)")
     actual = hashlib.sha256(payload).hexdigest()
     if actual != digest:
         raise CheckpointError(f"{path.name}: checksum mismatch (header {digest[:12]}…, data {actual[:12]}…)")
@@ -149,9 +158,25 @@ def load(path: str | Path) -> dict:
     return torch.load(io.BytesIO(payload), weights_only=True)
 
 
+def _is_checkpoint_temp(tmp: Path) -> bool:
+    """A temp file holds a checkpoint if its first bytes are (a prefix of) the magic line: a
+    writer killed before its first write leaves an empty one."""
+    try:
+        with open(tmp, "rb") as f:
+            return MAGIC.startswith(f.read(len(MAGIC)))
+    except OSError:
+        return False
+
+
 def temp_files(directory: str | Path) -> list[Path]:
-    """Leftover temporary files of interrupted atomic saves (safe to delete)."""
-    return sorted(Path(directory).glob(f"*{TMP_SUFFIX}"))
+    """Temporary checkpoint files in ``directory``: saves in progress, or left by killed writers."""
+    return [p for p in sorted(Path(directory).glob(f"*{TMP_SUFFIX}")) if _is_checkpoint_temp(p)]
+
+
+def clean_temp_files(directory: str | Path) -> list[Path]:
+    """Delete the temp checkpoint files of writers that are no longer running (the process id in
+    ``<name>.<pid>.tmp`` is dead) and return them; :func:`save_atomic` calls this on its directory."""
+    return remove_stale_temp_files(directory, f"*{TMP_SUFFIX}", accept=_is_checkpoint_temp)
 
 
 def rng_state() -> dict:
@@ -205,6 +230,7 @@ class CrashResult:
     loaded_sha256: str        # its checksum ("" if it does not load)
     error: str                # CheckpointError text if it does not load
     leftover_temp_files: int  # partial temp files left by the killed writer
+    temp_files_after_next_save: int  # left after the next save into the directory cleaned up
 
     @property
     def previous_intact(self) -> bool:
@@ -252,8 +278,9 @@ def crash_demo(directory: str | Path, mode: str = "atomic", mb: float = 16.0,
     except CheckpointError as e:
         info, error = None, str(e)
     leftovers = temp_files(directory)
+    save_atomic({"step": 2}, directory / f"{mode}.next.ckpt", fsync=False)   # cleans the dead writer's file
     return CrashResult(mode, good.sha256, done, total, -proc.returncode, info is not None,
-                       info.sha256 if info else "", error, len(leftovers))
+                       info.sha256 if info else "", error, len(leftovers), len(temp_files(directory)))
 
 
 def _main(argv: list[str] | None = None) -> int:
