@@ -1,10 +1,10 @@
-"""FSDP / ZeRO-3 from scratch: parameters sharded per layer, gathered only while they are used.
+"""FSDP / ZeRO-3 from scratch: parameters sharded per unit, gathered only while they are used.
 
 ZeRO-1/2 still keep every parameter on every rank. ZeRO-3 (Rajbhandari et al. 2020,
 arXiv 1910.02054), which PyTorch ships as FSDP (Zhao et al. 2023, arXiv 2304.11277), shards the
-parameters too. The model is cut into *units* (here: each transformer block, plus the root holding
-the embeddings, final norm and head). For each unit, rank r stores only shard r of the unit's flat
-parameter vector, with its gradient and optimizer state. Per step:
+parameters too. The model is cut into *units* (say, each transformer block, plus the root holding
+the rest). For each unit, rank r stores only shard r of the unit's flat parameter vector, with its
+gradient and optimizer state. Per step:
 
 * forward: before a unit runs, **all-gather** its full parameters; after it ran, free them;
 * backward: before the unit's backward, **all-gather again** (they were freed); when its
@@ -17,168 +17,183 @@ That is three passes of Ψ values through ring collectives, 3(n−1)/n·Ψ per r
 or two of full parameters. (Keeping a unit's parameters after forward, ``reshard=False``, skips
 that re-gather: PyTorch's ``fully_shard`` does so for the root by default.)
 
-Mechanics: a unit's gather is a custom autograd function whose forward all-gathers and whose
-backward reduce-scatters, so autograd itself routes the full gradient into the shard. Freeing is
-``storage.resize_(0)`` on the full buffer: tensors saved for backward keep pointing at the
-storage, and the backward re-gather refills it in place.
+The mechanics of one unit (flat groups, the gather/reduce-scatter autograd function, hooks) are in
+:mod:`course_lib.parallel.fsdp_units`; this module is the wrapper a user's code sees.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
 
-from .counting import CountingComm, storage_bytes
+from .counting import CountingComm, optimizer_state_bytes, storage_bytes
+from .fsdp_units import Group, MixedPrecision, Shared, Unit
 
-__all__ = ["FSDP"]
-
-
-class _GatherParams(torch.autograd.Function):
-    """forward: shard -> full parameters (all-gather); backward: full grad -> shard grad
-    (reduce-scatter, averaged over ranks)."""
-
-    @staticmethod
-    def forward(ctx, shard: torch.Tensor, unit: _Unit) -> torch.Tensor:  # noqa: ARG004
-        ctx.unit = unit
-        return unit.gather()
-
-    @staticmethod
-    def backward(ctx, grad_full: torch.Tensor):
-        unit, ctx.unit = ctx.unit, None
-        return unit.reduce_grad(grad_full.contiguous()), None
+__all__ = ["FSDP", "MixedPrecision"]
 
 
-class _Unit:
-    """One sharded unit: its flat shard (a Parameter), the slots its full parameters fill."""
-
-    def __init__(self, name: str, module: nn.Module, params: list, comm: CountingComm,
-                 reshard: bool) -> None:
-        self.name, self.module, self.comm, self.reshard = name, module, comm, reshard
-        n, r = comm.world_size, comm.rank
-        self.slots = params                                 # [(param, [(owner, attr), ...]), ...]
-        self.offsets, o = [], 0
-        for p, _ in params:
-            self.offsets.append(o)
-            o += p.numel()
-        self.numel = -(-o // n) * n
-        p0 = params[0][0]
-        flat = torch.zeros(self.numel, dtype=p0.dtype, device=p0.device)
-        for (p, owners), off in zip(params, self.offsets):
-            flat[off:off + p.numel()].copy_(p.detach().reshape(-1))
-            for owner, attr in owners:
-                del owner._parameters[attr]                 # the module no longer owns it
-                setattr(owner, attr, None)
-        self.shard = nn.Parameter(flat.chunk(n)[r].clone())
-        self.full: torch.Tensor | None = None
-        self.peak_bytes = 0                                 # bytes of full params while gathered
-
-    # -- communication ------------------------------------------------------------
-    def gather(self) -> torch.Tensor:
-        """A new full buffer holding every rank's shard (forward all-gather)."""
-        full = torch.empty(self.numel, dtype=self.shard.dtype, device=self.shard.device)
-        self.comm.all_gather(full, self.shard.detach())
-        self.full = full
-        return full
-
-    def regather(self) -> None:
-        """Refill the freed full buffer in place (backward all-gather)."""
-        st = self.full.untyped_storage()
-        if st.nbytes() == 0:
-            st.resize_(self.numel * self.shard.element_size())
-            self.comm.all_gather(self.full.data, self.shard.detach())
-
-    def free(self) -> None:
-        if self.full is not None:
-            self.full.untyped_storage().resize_(0)
-
-    def reduce_grad(self, grad_full: torch.Tensor) -> torch.Tensor:
-        out = torch.empty_like(self.shard)
-        self.comm.reduce_scatter(out, grad_full, average=True)
-        self.free()
-        self.full = None
-        return out
-
-    # -- hooks ----------------------------------------------------------------------
-    def pre_forward(self, module, args) -> None:  # noqa: ARG002
-        full = _GatherParams.apply(self.shard, self)
-        for (p, owners), off in zip(self.slots, self.offsets):
-            view = full[off:off + p.numel()].view(p.shape)
-            for owner, attr in owners:
-                setattr(owner, attr, view)
-        self.peak_bytes = max(self.peak_bytes, full.untyped_storage().nbytes())
-
-    def post_forward(self, module, args, output):  # noqa: ARG002
-        if not torch.is_grad_enabled():
-            self.free()
-            return output
-        if self.reshard:
-            self.free()
-            outs = output if isinstance(output, (tuple, list)) else (output,)
-            for t in outs:
-                if isinstance(t, torch.Tensor) and t.requires_grad:
-                    t.register_hook(self._pre_backward)
-        return output
-
-    def _pre_backward(self, grad: torch.Tensor) -> torch.Tensor:
-        if self.full is not None:
-            self.regather()
-        return grad
+def _owners(model: nn.Module) -> dict[int, tuple[nn.Parameter, list[tuple[nn.Module, str]]]]:
+    """id(param) -> (param, every (module, attribute) that holds it), in model order."""
+    out: dict[int, tuple] = {}
+    for mod in model.modules():
+        for attr, p in mod._parameters.items():
+            if p is not None:
+                out.setdefault(id(p), (p, []))[1].append((mod, attr))
+    return out
 
 
-class FSDP:
-    """Shard ``model`` over ``comm``'s ranks, one unit per module in ``units`` plus the root.
+class FSDP(nn.Module):
+    """Shard ``module``'s parameters over ``comm``'s ranks: one unit per module in ``units``, plus
+    the root (``module`` itself) for every parameter no unit claims.
 
-    Usage: ``fsdp = FSDP(model, comm, units=model.blocks)``; optimize ``fsdp.parameters()`` (the
-    shards); per step ``loss = model(x, y)[1]; loss.backward(); opt.step(); opt.zero_grad()``.
-    ``reshard_root=False`` keeps the root's full parameters from forward to backward, as PyTorch
-    FSDP2 does by default. Starting weights must be the same on every rank (same seed).
+    Usage, as with PyTorch's FSDP::
+
+        fsdp = FSDP(model, comm, units=model.blocks, mixed_precision=MixedPrecision(torch.bfloat16))
+        opt = torch.optim.AdamW(fsdp.parameters())       # this rank's shards, fp32
+        loss = fsdp(x, y)[1]; loss.backward(); opt.step(); opt.zero_grad()
+
+    * A parameter belongs to the innermost unit that contains every module using it, so tied
+      weights (embedding and head in different units) have one owner and their gradients add up.
+      Frozen parameters are sharded with ``requires_grad=False``: never gathered with autograd,
+      never reduced, never updated. Buffers stay ordinary buffers, broadcast from rank 0 here;
+      ``sync_module_states=True`` broadcasts the parameters too (otherwise build them identically).
+    * ``parameters()``, ``named_parameters()`` and ``state_dict()`` are those of ``module``, with
+      the original names: each parameter is this rank's 1-D piece of its unit's flat vector
+      (possibly empty), and a sharded state dict loads back on the same world size.
+      :meth:`full_state_dict` / :meth:`load_full_state_dict` give and take full tensors.
+    * Gradient accumulation: inside :meth:`no_sync` backward keeps each unit's full gradient
+      (unsharded, fp32: Ψ more bytes) instead of reduce-scattering it; the first backward outside
+      adds it in and reduce-scatters once. Without ``no_sync`` every backward reduce-scatters and
+      the shard gradients accumulate in ``.grad``, like any leaf's.
+    * ``reshard_root=False`` keeps the root's full parameters from forward to backward, as PyTorch
+      FSDP2 does by default. Move the model to its device before wrapping.
     """
 
-    def __init__(self, model: nn.Module, comm: CountingComm, *, units=(),
-                 reshard_root: bool = True) -> None:
-        self.model, self.comm = model, comm
-        self._names: dict[int, str] = {}
-        for name, p in model.named_parameters():     # tied weights: first name wins
-            self._names.setdefault(id(p), name)
-        claimed: set[int] = set()
-        self.units: list[_Unit] = []
-        ordered = list(units) + [model]
-        for k, mod in enumerate(ordered):
-            params: dict[int, tuple] = {}
-            for owner in mod.modules():
-                for attr, p in list(owner._parameters.items()):
-                    if p is None or id(p) in claimed:
-                        continue
-                    params.setdefault(id(p), (p, []))[1].append((owner, attr))
-            claimed.update(params)
-            is_root = k == len(ordered) - 1
-            unit = _Unit("root" if is_root else f"unit{k}", mod, list(params.values()), comm,
-                         reshard_root if is_root else True)
-            mod.register_forward_pre_hook(unit.pre_forward)
-            mod.register_forward_hook(unit.post_forward)
-            self.units.append(unit)
+    def __init__(self, module: nn.Module, comm: CountingComm, *, units=(), reshard_root: bool = True,
+                 mixed_precision: MixedPrecision | None = None, sync_module_states: bool = False) -> None:
+        super().__init__()
+        if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
+            raise ValueError(f"mixed_precision must be a MixedPrecision or None; got {mixed_precision!r}")
+        self.module, self.comm = module, comm
+        self._shared = Shared(comm, mixed_precision or MixedPrecision())
+        with torch.no_grad():
+            for t in list(module.buffers()) + (list(module.parameters()) if sync_module_states else []):
+                _broadcast(comm, t)
+        order = list(units) + [module]
+        members = [{id(m) for m in u.modules()} for u in order]
+        if len({id(u) for u in order}) < len(order):
+            raise ValueError("units must be distinct submodules of the model, without the model itself")
+        if any(id(u) not in members[-1] for u in order):
+            raise ValueError("units must all be submodules of the model")
+        claims: list[list] = [[] for _ in order]
+        for p, owners in _owners(module).values():
+            fits = [k for k, mem in enumerate(members) if all(id(m) in mem for m, _ in owners)]
+            claims[min(fits, key=lambda k: len(members[k]))].append((p, owners))
+        self.units: list[Unit] = []
+        for k, (mod, claimed) in enumerate(zip(order, claims)):
+            by_kind: dict[tuple, list] = {}
+            for p, owners in claimed:
+                by_kind.setdefault((p.dtype, p.requires_grad), []).append((p, owners))
+            groups = [Group([p for p, _ in v], [o for _, o in v], self._shared) for v in by_kind.values()]
+            is_root = k == len(order) - 1
+            self.units.append(Unit(mod, groups, self._shared, reshard_root if is_root else True, is_root))
+        self._shared.units = self.units
 
-    def parameters(self) -> list[nn.Parameter]:
-        """The shards this rank owns: hand these to the optimizer."""
-        return [u.shard for u in self.units]
+    # -- nn.Module: the wrapped module's own names and tensors ----------------------------------
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
 
-    def full_state(self, grads: bool = False) -> dict[str, torch.Tensor]:
-        """Gather every unit's parameters (or, with ``grads=True``, their averaged gradients) and
-        return name -> full tensor. A collective: call it on all ranks."""
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return self.module.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        return self.module.named_buffers(prefix, recurse, remove_duplicate)
+
+    def state_dict(self, *args, **kwargs):
+        """The sharded state dict: ``module``'s keys, this rank's pieces (see the class docstring)."""
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.module.load_state_dict(state_dict, strict, assign)
+
+    # -- gradient synchronisation ---------------------------------------------------------------
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        """False: backward keeps full gradients locally (see :meth:`no_sync`); True: reduce."""
+        self._shared.sync = bool(requires)
+
+    @contextmanager
+    def no_sync(self):
+        """Accumulate gradients over micro-batches without reduce-scattering them."""
+        before = self._shared.sync
+        self._shared.sync = False
+        try:
+            yield
+        finally:
+            self._shared.sync = before
+
+    # -- full tensors -----------------------------------------------------------------------------
+    def _gather_full(self, grads: bool) -> dict[int, torch.Tensor]:
+        """id(shard) -> its full tensor (or full averaged gradient). A collective."""
         out = {}
         for u in self.units:
-            full = torch.empty(u.numel, dtype=u.shard.dtype, device=u.shard.device)
-            self.comm.all_gather(full, (u.shard.grad if grads else u.shard).detach())
-            for (p, _), off in zip(u.slots, u.offsets):
-                out[self._names[id(p)]] = full[off:off + p.numel()].view(p.shape).clone()
+            for g in u.groups:
+                shards = g.shards
+                flat = torch.empty(g.numel, dtype=g.dtype, device=shards[0].device)
+                self.comm.all_gather(flat, g.fill_mine(flat, [s.grad for s in shards] if grads else shards))
+                for s, v in zip(shards, g.views(flat)):
+                    out[id(s)] = v
         return out
+
+    def full_state(self, grads: bool = False) -> dict[str, torch.Tensor]:
+        """Name -> full parameter (or, with ``grads=True``, full averaged gradient; zeros where
+        there is none), one entry per distinct parameter. A collective: call it on all ranks."""
+        full = self._gather_full(grads)
+        return {k: full[id(p)].clone() for k, p in self.module.named_parameters()}
+
+    def full_state_dict(self, rank0_only: bool = False) -> dict[str, torch.Tensor]:
+        """The unsharded state dict, keyed and shaped as the unwrapped module's ``state_dict()``:
+        what a single-process model loads. A collective; ``rank0_only``: other ranks get {}."""
+        full = self._gather_full(False)
+        if rank0_only and self.comm.rank != 0:
+            return {}
+        return {k: (full[id(v)] if id(v) in full else v).detach().clone()
+                for k, v in self.module.state_dict(keep_vars=True).items()}
+
+    def load_full_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load an unsharded state dict (from :meth:`full_state_dict` or a single-process model's
+        ``state_dict()``): every rank copies its own pieces. No communication."""
+        mine = self.module.state_dict(keep_vars=True)
+        missing = sorted(set(mine) - set(state_dict))
+        if missing:
+            raise ValueError(f"state_dict is missing {len(missing)} keys: {', '.join(missing[:5])}")
+        names = {id(p): k for k, p in self.module.named_parameters()}
+        with torch.no_grad():
+            for u in self.units:
+                for g in u.groups:
+                    for s, off, (a, b) in zip(g.shards, g.offsets, g.pieces):
+                        s.copy_(state_dict[names[id(s)]].reshape(-1)[g.start + a - off:g.start + b - off])
+            for k, b in self.module.named_buffers():
+                if k in state_dict:
+                    b.copy_(state_dict[k])
 
     def memory_bytes(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
         """Bytes this rank holds between steps for parameters (shards, plus any full buffer still
         alive), gradients (shards) and optimizer state; ``peak_full`` is the largest unit's full
         parameters, held only while that unit runs."""
-        from .counting import optimizer_state_bytes
-        params = [u.shard for u in self.units] + [u.full for u in self.units]
-        return {"params": storage_bytes(params),
-                "grads": storage_bytes(u.shard.grad for u in self.units),
+        shards = [s for u in self.units for g in u.groups for s in g.shards]
+        fulls = [f for u in self.units if u.last is not None for f in u.last.fulls]
+        return {"params": storage_bytes(shards + fulls),
+                "grads": storage_bytes(s.grad for s in shards),
                 "optimizer": optimizer_state_bytes(optimizer) if optimizer is not None else 0,
                 "peak_full": max(u.peak_bytes for u in self.units)}
+
+
+def _broadcast(comm: CountingComm, t: torch.Tensor) -> None:
+    """Copy ``t`` from rank 0 to every rank, in place (any layout)."""
+    if t.is_contiguous():
+        comm.broadcast(t.detach(), 0)
+        return
+    buf = t.detach().contiguous()
+    comm.broadcast(buf, 0)
+    t.copy_(buf)
