@@ -16,14 +16,14 @@ In a notebook::
 From the shell::
 
     python -m course_lib.grading generate solutions exercises [--check]
-    python -m course_lib.grading grade DIR --out build/grades --pass-mark 60
+    python -m course_lib.grading grade DIR --out build/grades --pass-mark 60   # sandboxed
 
 See docs/GRADING.md.
 """
-from course_lib.grading.checker import LOG_ENV, Checker, load_bank
+from course_lib.grading.checker import Checker, load_bank
 from course_lib.grading.generate import MarkerError, exercise_notebook, generate, render
 from course_lib.grading.question import Mistake, Question, Result
 from course_lib.grading.values import compare
 
-__all__ = ["Question", "Mistake", "Result", "Checker", "load_bank", "compare", "LOG_ENV",
+__all__ = ["Question", "Mistake", "Result", "Checker", "load_bank", "compare",
            "generate", "render", "exercise_notebook", "MarkerError"]

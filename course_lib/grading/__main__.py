@@ -2,7 +2,10 @@
 
     python -m course_lib.grading generate SRC DST [--check]
     python -m course_lib.grading grade DIR --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
-                                           [--timeout-notebook 300]
+        [--timeout-notebook 300] [--chapter ID [--bank MODULE]] [--feedback graded|practice]
+        [--seed N] [--solutions DIR]
+
+Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error.
 """
 from __future__ import annotations
 
@@ -26,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--pass-mark", type=float, default=60.0, help="percent needed to pass (default 60)")
     r.add_argument("--timeout-cell", type=float, default=60.0, help="seconds per cell (default 60)")
     r.add_argument("--timeout-notebook", type=float, default=300.0, help="seconds per notebook, counted from its kernel's start (default 300)")
+    r.add_argument("--chapter", help="grade every notebook as this chapter (default: from each file name, e.g. 01_flops.ipynb)")
+    r.add_argument("--bank", help="question bank module to grade with (instructors; needs --chapter)")
+    r.add_argument("--feedback", choices=("graded", "practice"), default="graded",
+                   help="graded (default): the kind of error only; practice: ratios to the reference too")
+    r.add_argument("--seed", type=int, default=None, help="seed of the inputs drawn for function questions (default: random, stored in grades.json)")
+    r.add_argument("--solutions", type=Path, default=None,
+                   help="folder of master notebooks: flag submissions whose solution cells copy them")
     a = p.parse_args(argv)
 
     if a.command == "generate":
@@ -50,14 +60,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"exercises in {a.dst} already up to date")
         return 0
 
-    from course_lib.grading.runner import grade_dir
+    _trusted_sys_path(a.dir)
+    from course_lib.grading.runner import Options, grade_dir
 
     if a.timeout_cell <= 0 or a.timeout_notebook <= 0:
         p.error("timeouts must be positive")
     if not a.dir.is_dir():
         p.error(f"not a folder: {a.dir}")
-    return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, timeout_cell=a.timeout_cell,
-                     timeout_notebook=a.timeout_notebook)
+    if a.bank and not a.chapter:
+        p.error("--bank needs --chapter")
+    if a.solutions is not None and not a.solutions.is_dir():
+        p.error(f"--solutions: not a folder: {a.solutions}")
+    import secrets
+
+    seed = a.seed if a.seed is not None else secrets.randbits(31)
+    opts = Options(timeout_cell=a.timeout_cell, timeout_notebook=a.timeout_notebook, feedback=a.feedback,
+                   seed=seed, chapter=a.chapter, bank=a.bank)
+    return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, opts=opts, solutions=a.solutions)
+
+
+def _trusted_sys_path(submissions: Path) -> None:
+    """Drop the working directory and the submissions folder from ``sys.path``: the grader imports
+    nothing that a submission (or a file it wrote) could have put there."""
+    bad = {Path.cwd().resolve(), submissions.resolve()}
+    sys.path[:] = [p for p in sys.path if p and Path(p).resolve() not in bad]
 
 
 if __name__ == "__main__":

@@ -1,19 +1,25 @@
 """Execute one notebook for the grader; run as its own process by :mod:`course_lib.grading.runner`.
 
-    python -m course_lib.grading._execute NOTEBOOK PROGRESS.jsonl OUT.ipynb --timeout-cell 60
+    python -m course_lib.grading._execute NOTEBOOK PROGRESS.jsonl OUT.ipynb --timeout-cell 60 \
+        [--harness-timeout 300]
 
-Runs every cell (errors allowed) with the kernel's working directory set to the notebook's folder.
-A cell running longer than ``--timeout-cell`` seconds is interrupted and the next cell runs. Progress
-is appended to PROGRESS.jsonl as it happens, so the parent can tell how far a killed run got:
+Runs inside the sandbox (:mod:`course_lib.grading.sandbox`). Runs every cell (errors allowed) with
+the kernel's working directory set to the notebook's folder. A cell running longer than
+``--timeout-cell`` seconds is interrupted and the next cell runs. With ``--harness-timeout``, after
+the last cell the same kernel runs :func:`course_lib.grading.remote.serve_from_env` (for at most
+that long), which answers the grader's calls of the functions the notebook passed to ``check``.
+OUT.ipynb is rewritten after every cell, so a run killed by the time limit keeps what it showed.
+Progress is appended to PROGRESS.jsonl as it happens, so the parent can tell how far a killed run got:
 
     {"event": "kernel", "pid": 1234}                     kernel started (own process group)
     {"event": "start", "cell": 3}                        cell 3 started
     {"event": "done", "cell": 3, "status": "ok"}         ... or "error" with "ename", "evalue"
+    {"event": "cells_done"}                              the notebook's cells ran; the harness starts
     {"event": "dead", "cell": 5}                         the kernel died while running cell 5
     {"event": "fail", "error": "..."}                    the run could not continue
     {"event": "end"}
 
-``COURSE_GRADE_LOG`` is inherited by the kernel from this process's environment.
+The kernel inherits this process's environment (``COURSE_GRADE_MODE`` and friends).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import sys
 from pathlib import Path
 
 TIMEOUT_ENAME = "CellTimeout"
+HARNESS = "import course_lib.grading.remote as _course_grading_remote\n_course_grading_remote.serve_from_env()"
 
 
 class _Progress:
@@ -45,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("progress", type=Path)
     p.add_argument("output", type=Path)
     p.add_argument("--timeout-cell", type=float, default=60)
+    p.add_argument("--harness-timeout", type=float, default=0)
     a = p.parse_args(argv)
 
     # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
@@ -66,6 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     timeout = max(1, int(round(a.timeout_cell)))
     current = {"cell": -1}
+    n_cells = len(nb.cells)
+    if a.harness_timeout > 0:
+        nb.cells.append(nbformat.v4.new_code_cell(HARNESS))
+
+    def save() -> None:
+        """Write the executed copy (without the harness cell) atomically."""
+        try:
+            a.output.parent.mkdir(parents=True, exist_ok=True)
+            shown = nbformat.from_dict(dict(nb, cells=nb.cells[:n_cells]))
+            tmp = a.output.with_suffix(".tmp")
+            nbformat.write(shown, tmp)
+            os.replace(tmp, a.output)
+        except Exception as e:  # noqa: BLE001
+            print(f"could not write {a.output}: {e}", file=sys.stderr)
+
+    def cell_timeout(cell: dict) -> int:
+        return max(1, int(a.harness_timeout)) if cell is nb.cells[-1] and a.harness_timeout > 0 else timeout
 
     def on_notebook_start(notebook: object) -> None:
         pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
@@ -74,13 +99,19 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_cell_start(cell: dict, cell_index: int) -> None:
         current["cell"] = cell_index
-        if cell.get("cell_type") == "code":
+        if cell_index >= n_cells:
+            save()
+            progress(event="cells_done")
+        elif cell.get("cell_type") == "code":
             progress(event="start", cell=cell_index)
 
     def on_cell_executed(cell: dict, cell_index: int, execute_reply: dict) -> None:
+        if cell_index >= n_cells:
+            return
         content = (execute_reply or {}).get("content", {})
         status = content.get("status", "ok")
         if status == "ok":
+            save()
             progress(event="done", cell=cell_index, status="ok")
             return
         ename, evalue = content.get("ename", "Error"), content.get("evalue", "")
@@ -89,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         if ename == TIMEOUT_ENAME:  # leave a visible trace in the executed copy
             cell.setdefault("outputs", []).append(nbformat.v4.new_output(
                 "error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"]))
+        save()
 
     client = NotebookClient(
         nb, kernel_manager_class=kernel_manager_class(), kernel_name="python3",
-        timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
+        timeout=timeout, timeout_func=cell_timeout, allow_errors=True, interrupt_on_timeout=True,
         error_on_timeout={"ename": TIMEOUT_ENAME,
                           "evalue": f"the cell did not finish within {timeout} s and was interrupted",
                           "traceback": []},
@@ -109,11 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - report anything else to the parent, then stop
         progress(event="fail", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
         rc = 1
-    try:
-        a.output.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, a.output)
-    except Exception as e:  # noqa: BLE001
-        print(f"could not write {a.output}: {e}", file=sys.stderr)
+    save()
     progress(event="end")
     progress.close()
     return rc

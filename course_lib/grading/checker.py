@@ -4,27 +4,25 @@
 marks, and silent as a cell's last value (the line above already said it).
 ``check.hint(qid)``, ``check.reveal(qid)`` and ``check.summary()`` help a stuck student.
 
-Headless grading: when the environment variable ``COURSE_GRADE_LOG`` names a file, every
-``check(...)`` appends one JSON line ``{"chapter", "qid", "points", "score", "message"}`` to it;
-the runner keeps the best score per question.
+Graded runs (``python -m course_lib.grading grade``) set ``COURSE_GRADE_MODE=graded`` inside the
+sandbox: there ``Checker`` loads no question bank and ``check(...)`` only records the answer (see
+:mod:`course_lib.grading.remote`); the grader scores it outside the sandbox. ``reveal`` then shows
+nothing and costs the question its points.
 """
 from __future__ import annotations
 
 import importlib
-import json
-import os
 import pkgutil
 import re
 from typing import Any
 
+from course_lib.grading import remote
 from course_lib.grading.question import Question, Result
 from course_lib.grading.values import fmt_num, fmt_points, to_plain
-
-LOG_ENV = "COURSE_GRADE_LOG"
 _CHAPTER = re.compile(r"^[A-Za-z0-9_]+$")
 
 
-def _available_chapters() -> list[str]:
+def available_chapters() -> list[str]:
     import course_lib.checks as checks
 
     return sorted(m.name for m in pkgutil.iter_modules(checks.__path__) if not m.name.startswith("_"))
@@ -44,7 +42,7 @@ def load_bank(chapter_id: str, bank: str | None = None) -> list[Question]:
     except ModuleNotFoundError as e:
         if e.name is None or not (modname == e.name or modname.startswith(e.name + ".")):
             raise  # the bank exists but one of its own imports is missing
-        known = ", ".join(_available_chapters()) or "none"
+        known = ", ".join(available_chapters()) or "none"
         raise ValueError(f"unknown chapter {chapter_id!r}: no question bank module {modname!r} "
                          f"(chapters with a bank: {known})") from None
     questions = getattr(module, "QUESTIONS", None)
@@ -83,13 +81,29 @@ class Verdict:
         """Display nothing: IPython calls this instead of printing the repr as the cell's value."""
 
 
+class Recorded:
+    """What ``check(...)`` returns in a graded run: falsy (nothing was scored here), shown as nothing."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "Recorded()"
+
+    def _ipython_display_(self) -> None:
+        """Display nothing."""
+
+
 class Checker:
-    """Grades a chapter's questions inside a notebook. ``bank`` overrides the bank's module path
-    (used by tests and by instructors trying out a bank outside ``course_lib.checks``)."""
+    """Grades a chapter's questions inside a notebook (practice), or records the answers for the
+    grader (graded runs). ``bank`` overrides the bank's module path in practice (tests, instructors
+    trying out a bank outside ``course_lib.checks``); a graded run ignores it."""
 
     def __init__(self, chapter_id: str, *, bank: str | None = None):
         self.chapter_id = chapter_id
-        self.questions: dict[str, Question] = {q.qid: q for q in load_bank(chapter_id, bank)}
+        self._recorder = remote.recorder()
+        self.questions: dict[str, Question] = (
+            {} if self._recorder else {q.qid: q for q in load_bank(chapter_id, bank)})
         self._best: dict[str, Result] = {}
 
     def __repr__(self) -> str:
@@ -102,29 +116,34 @@ class Checker:
                              f"questions: {', '.join(self.questions)}")
         return q
 
-    def __call__(self, qid: str, answer: Any) -> Verdict:
-        """Grade ``answer`` for question ``qid``, print one line, record it; truthy if full marks."""
+    def __call__(self, qid: str, answer: Any) -> Verdict | Recorded:
+        """Grade ``answer`` for question ``qid`` and print one line; truthy if full marks. In a
+        graded run: record it for the grader (the last answer to a question counts)."""
+        if self._recorder is not None:
+            self._recorder.answer(self.chapter_id, str(qid), answer)
+            print(f"→ {qid}: answer recorded (graded run: scored after the notebook has run)")
+            return Recorded()
         q = self._question(qid)
         result = q.grade(answer)
         best = self._best.get(qid)
         if best is None or result.score >= best.score:
             self._best[qid] = result
         print(result.line())
-        self._record(result)
         return Verdict(result.correct, result.score, result.points)
 
-    def _record(self, result: Result) -> None:
-        path = os.environ.get(LOG_ENV)
-        if not path:
-            return
-        row = {"chapter": self.chapter_id, "qid": result.qid, "points": result.points,
-               "score": result.score, "message": result.message}
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n")
-            f.flush()
+    def _graded(self, what: str, qid: str) -> bool:
+        """In a graded run, say that ``what`` is not available (and record it); True if graded."""
+        if self._recorder is None:
+            return False
+        self._recorder.write({"event": what, "qid": str(qid)})
+        cost = " and the question now scores 0" if what == "revealed" else ""
+        print(f"{qid}: no {'reference answer' if what == 'revealed' else 'hint'} in a graded run{cost}.")
+        return True
 
     def hint(self, qid: str) -> None:
         """Print the hint of question ``qid``."""
+        if self._graded("hint", qid):
+            return
         q = self._question(qid)
         print(f"Hint for {qid}: {q.hint}" if q.hint else f"No hint for {qid}; re-read the question:\n{q.prompt}")
 
@@ -135,6 +154,8 @@ class Checker:
 
     def reveal(self, qid: str) -> None:
         """Print the reference answer (value questions) and the explanation, if any."""
+        if self._graded("revealed", qid):
+            return
         q = self._question(qid)
         lines = []
         if q.is_value:

@@ -7,12 +7,20 @@ because of what a student typed: any exception becomes a score of 0 with the err
 
 Every message is deterministic: numbers a student typed are shown to 4 significant digits, ratios to
 3, so stored notebook outputs do not depend on the machine.
+
+Feedback: ``"practice"`` (in the notebook) explains a wrong number by its ratio to the reference
+("2.00× the expected value"); ``"graded"`` (the headless grader) names only the kind of error (a
+recognised mistake, a power of ten, a factor of 2, the sign, close but outside the tolerance), so a
+graded run cannot be used to read the reference off its ratio. A function question's ``grader`` may
+take a second argument, a ``numpy.random.Generator``: seeded per graded run (fixed in practice), it
+draws inputs the notebook never saw.
 """
 from __future__ import annotations
 
 import inspect
 import math
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -154,16 +162,19 @@ class Question:
     def _result(self, fraction: float, message: str) -> Result:
         return Result(self.qid, self.points, round(fraction * self.points, 4), " ".join(str(message).split()))
 
-    def grade(self, answer: Any) -> Result:
-        """Score ``answer``; never raises because of it."""
+    def grade(self, answer: Any, *, feedback: str = "practice", seed: int = 0) -> Result:
+        """Score ``answer``; never raises because of it. ``feedback`` is "practice" or "graded";
+        ``seed`` seeds the inputs a function question's grader draws."""
+        if feedback not in ("practice", "graded"):
+            raise ValueError(f"feedback must be 'practice' or 'graded', got {feedback!r}")
         if self.grader is not None:
-            return self._grade_function(answer)
+            return self._grade_function(answer, seed)
         try:
             exp = self.reference()
         except Exception as e:  # noqa: BLE001
             return self._result(0.0, f"Error while computing the reference answer: {_error_text(e)}")
         try:
-            problem = compare(answer, exp, self.rtol, self.atol, self.unit)
+            problem = compare(answer, exp, self.rtol, self.atol, self.unit, graded=feedback == "graded")
         except Exception as e:  # noqa: BLE001
             problem = f"could not compare your answer: {_error_text(e)}"
         if problem is None:
@@ -173,9 +184,23 @@ class Question:
                 return self._result(0.0, m.message)
         return self._result(0.0, _cap(problem) + ".")
 
-    def _grade_function(self, answer: Any) -> Result:
+    def _takes_rng(self) -> bool:
         try:
-            out = self.grader(answer)
+            params = [p for p in inspect.signature(self.grader).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            return False
+        return len(params) >= 2
+
+    def _grade_function(self, answer: Any, seed: int) -> Result:
+        try:
+            if self._takes_rng():
+                import numpy as np
+
+                rng = np.random.default_rng([seed, zlib.crc32(self.qid.encode())])
+                out = self.grader(answer, rng)
+            else:
+                out = self.grader(answer)
         except NotImplementedError as e:
             return self._result(0.0, f"not implemented ({_error_text(e)})")
         except Exception as e:  # noqa: BLE001 - student code run by the grader raised

@@ -4,6 +4,7 @@ CI job summary, ``junit.xml`` for CI test panels and ``grades.json`` for gradebo
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,10 +14,16 @@ from course_lib.grading.values import fmt_points
 
 @dataclass
 class Row:
+    """One question's grade; the score is always a finite number in [0, points]."""
+
     qid: str
     points: float
     score: float
     message: str
+
+    def __post_init__(self) -> None:
+        s = float(self.score) if isinstance(self.score, (int, float)) else 0.0
+        self.score = round(min(max(s, 0.0), float(self.points)), 4) if math.isfinite(s) else 0.0
 
 
 @dataclass
@@ -25,6 +32,7 @@ class NotebookGrade:
     chapter: str
     rows: list[Row] = field(default_factory=list)
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)  # for the instructor (e.g. copied solutions)
 
     @property
     def points(self) -> float:
@@ -53,6 +61,7 @@ def table(grades: list[NotebookGrade], pass_mark: float) -> str:
         verdict = "pass" if g.percent >= pass_mark else "FAIL"
         lines.append(f"{g.name} ({g.chapter}): {fmt_points(g.score)}/{fmt_points(g.points)} points "
                      f"({g.percent:.1f}%) {verdict}")
+        lines += [f"  note: {n}" for n in g.notes]
     n_fail = sum(g.percent < pass_mark for g in grades)
     lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
     return "\n".join(lines)
@@ -69,6 +78,9 @@ def summary_markdown(grades: list[NotebookGrade], pass_mark: float) -> str:
         verdict = "pass" if g.percent >= pass_mark else "**FAIL**"
         lines.append(f"| {_md(g.name)} | {_md(g.chapter)} | {fmt_points(g.score)} | {fmt_points(g.points)} "
                      f"| {g.percent:.1f} | {verdict} |")
+    notes = [f"- {_md(g.name)}: {_md(n)}" for g in grades for n in g.notes]
+    if notes:
+        lines += ["", "Notes for the instructor:", "", *notes]
     lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
     for g in grades:
         for r in g.rows:
@@ -102,10 +114,24 @@ def junit_xml(grades: list[NotebookGrade]) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def grades_json(grades: list[NotebookGrade], pass_mark: float) -> str:
+def grades_json(grades: list[NotebookGrade], pass_mark: float, **run: object) -> str:
+    """Strict JSON (``allow_nan=False``): a NaN anywhere is a bug that fails loudly here."""
     data = [{"notebook": g.name, "chapter": g.chapter, "score": g.score, "points": g.points,
-             "percent": round(g.percent, 1), "passed": g.percent >= pass_mark,
+             "percent": round(g.percent, 1), "passed": g.percent >= pass_mark, "notes": g.notes,
              "questions": [{"qid": r.qid, "points": r.points, "score": r.score, "message": r.message}
                            for r in g.rows]} for g in grades]
-    return json.dumps({"pass_mark": pass_mark, "notebooks": data}, indent=1, sort_keys=True,
-                      ensure_ascii=False) + "\n"
+    return json.dumps({"pass_mark": pass_mark, "notebooks": data, **run}, indent=1, sort_keys=True,
+                      ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def write_reports(grades: list[NotebookGrade], outdir: Path, pass_mark: float, **run: object) -> int:
+    """Print the table and write the three reports (each whole, then renamed into place);
+    return the exit status: 1 if any notebook is below ``pass_mark``, else 0."""
+    print(table(grades, pass_mark))
+    for name, content in (("summary.md", summary_markdown(grades, pass_mark).encode()),
+                          ("junit.xml", junit_xml(grades)),
+                          ("grades.json", grades_json(grades, pass_mark, **run).encode())):
+        tmp = outdir / f".{name}.tmp"
+        tmp.write_bytes(content)
+        tmp.replace(outdir / name)
+    return 1 if any(g.percent < pass_mark for g in grades) else 0

@@ -1,59 +1,76 @@
-"""Headless grading of a folder of student notebooks.
+"""Headless grading of a folder of student notebooks, with the scoring outside the student's reach.
 
-For each ``*.ipynb`` (sorted): find the chapter from its ``Checker("...")`` call, execute it in its
-own process (:mod:`course_lib.grading._execute`) with a per-cell and a per-notebook time limit, and
-read the scores that ``check(...)`` recorded in ``COURSE_GRADE_LOG``. Every question of the
-chapter's bank gets a row; an unscored one says why: "not implemented", "timed out",
-"error: <ExcName>: <msg>" or "not attempted". A crash, an infinite loop or a missing answer costs
-only the questions it touches.
+For each ``*.ipynb`` (sorted): the assignment (question bank) comes from the command line
+(``--chapter``/``--bank``) or the file name (``01_flops.ipynb``, ``alice-ch01_flops.ipynb``), never
+from the notebook's text. A temporary copy of the notebook runs in its own bubblewrap sandbox
+(:mod:`course_lib.grading.sandbox`) in *graded* mode, where ``check(...)`` only records answers.
+After its last cell the grader calls the functions it answered with on inputs it draws now (seeded
+per run), through a socket (:mod:`course_lib.grading.remote`). Then the sandbox is killed with every
+process in it, and only then are the recorded answers read (strictly: :mod:`~course_lib.grading.wire`)
+and scored here, against the bank loaded in this process. The last answer to a question counts;
+a question revealed with ``check.reveal`` scores 0; an unanswered one says why ("not implemented",
+"not attempted (...)").
 
 Writes ``OUTDIR/junit.xml``, ``OUTDIR/summary.md``, ``OUTDIR/grades.json`` (formats in
 :mod:`course_lib.grading.reports`) and the executed copies ``OUTDIR/executed/<name>.ipynb`` (with
-the executor's log next to them).
+the executor's log next to them). Nothing in OUTDIR is reachable from a sandbox.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading import remote, sandbox, wire
 from course_lib.grading._notebook import source_text
-from course_lib.grading.checker import LOG_ENV, load_bank
-from course_lib.grading.reports import NotebookGrade, Row, grades_json, junit_xml, summary_markdown, table
+from course_lib.grading.checker import available_chapters, load_bank
+from course_lib.grading.copies import copy_note
+from course_lib.grading.question import Question
+from course_lib.grading.reports import NotebookGrade, Row, write_reports
 from course_lib.grading.values import fmt_points
 
-_CHECKER = re.compile(r"""\bChecker\(\s*(["'])(?P<chapter>[^"']+)\1(?P<rest>[^)]*)\)""")
-STARTUP_LIMIT = 120.0  # seconds allowed for starting the executor and its kernel
-_BANK = re.compile(r"""\bbank\s*=\s*(["'])(?P<bank>[^"']+)\1""")
+STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
+
+
+@dataclass
+class Options:
+    """How a run grades: time limits (s), feedback mode, the seed of the drawn inputs, and the
+    assignment when given on the command line."""
+
+    timeout_cell: float = 60.0
+    timeout_notebook: float = 300.0
+    feedback: str = "graded"
+    seed: int = 0
+    chapter: str | None = None
+    bank: str | None = None
+
+
+# --------------------------------------------------------------------------- the assignment
+def chapter_for(name: str, chapters: list[str] | None = None) -> str | None:
+    """The chapter a submission file is for: the one chapter id (``01_flops`` or ``ch01_flops``)
+    its name contains, else None (none, or more than one)."""
+    stem = Path(name).stem.lower()
+    found = []
+    for ch in chapters if chapters is not None else available_chapters():
+        short = ch[2:] if ch.startswith("ch") else ch
+        if re.search(rf"(?<![a-z0-9]){re.escape(short)}(?![a-z0-9])|{re.escape(ch)}", stem):
+            found.append(ch)
+    return found[0] if len(found) == 1 else None
 
 
 # --------------------------------------------------------------------------- reading a notebook
 def _cells(nb: dict) -> list[dict]:
     cells = nb.get("cells") if isinstance(nb, dict) else None
     return [c if isinstance(c, dict) else {} for c in cells] if isinstance(cells, list) else []
-
-
-def _find_checker(nb: dict) -> tuple[int, str, str | None] | None:
-    for i, cell in enumerate(_cells(nb)):
-        if cell.get("cell_type") != "code":
-            continue
-        m = _CHECKER.search(source_text(cell.get("source")))
-        if m:
-            b = _BANK.search(m.group("rest"))
-            return i, m.group("chapter"), (b.group("bank") if b else None)
-    return None
-
-
-def find_chapter(nb: dict) -> tuple[str, str | None] | None:
-    """(chapter_id, bank or None) from the first ``Checker("...")`` call in the code cells."""
-    found = _find_checker(nb)
-    return None if found is None else found[1:]
 
 
 def _check_cell(nb: dict, qid: str) -> int | None:
@@ -66,12 +83,14 @@ def _check_cell(nb: dict, qid: str) -> int | None:
 
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    if path.is_file() and not path.is_symlink():
+        with open(path, "rb") as f:
+            text = f.read(wire.MAX_TEXT)
+        for line in text.splitlines():
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
+                row = wire.loads(line)
+            except wire.WireError:
+                continue  # a forged or cut line is no answer
             if isinstance(row, dict):
                 rows.append(row)
     return rows
@@ -82,171 +101,274 @@ def _one_line(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# --------------------------------------------------------------------------- running one notebook
-def _kill_group(pid: int) -> None:
+# --------------------------------------------------------------------------- answers
+@dataclass
+class Answers:
+    """What a submission answered: the last answer per question (wire data) and what it revealed."""
+
+    answers: dict[str, object] = field(default_factory=dict)
+    revealed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, path: Path) -> Answers:
+        a = cls()
+        for row in _read_jsonl(path):
+            qid = row.get("qid")
+            if not isinstance(qid, str):
+                continue
+            if row.get("event") == "answer" and "answer" in row:
+                a.answers[qid] = row["answer"]
+            elif row.get("event") == "revealed":
+                a.revealed.add(qid)
+        return a
+
+
+def _score(q: Question, data: object, channel: remote.Channel | None, opts: Options) -> Row:
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        answer = wire.decode(data, channel.function if channel else None)
+    except wire.WireError as e:
+        return Row(q.qid, q.points, 0.0, _one_line(f"error: the recorded answer is malformed ({e})"))
+    r = q.grade(answer, feedback=opts.feedback, seed=opts.seed)
+    msg = "correct" if r.correct else _one_line(r.message, 300)
+    return Row(q.qid, q.points, r.score, msg)
 
 
-def _kernel_pid(progress: Path) -> int | None:
-    for row in _read_jsonl(progress):
-        if row.get("event") == "kernel" and isinstance(row.get("pid"), int):
-            return row["pid"]
-    return None
+# --------------------------------------------------------------------------- running one sandbox
+class Sandbox:
+    """One submission's sandbox: started on construction, :meth:`kill` ends every process in it."""
+
+    def __init__(self, root: Path, name: str, log: Path, opts: Options) -> None:
+        inside = sandbox.INSIDE
+        harness = opts.timeout_cell + opts.timeout_notebook
+        argv = [sys.executable, "-m", "course_lib.grading._execute", str(inside / "work" / name),
+                str(inside / "out" / "progress.jsonl"), str(inside / "out" / "executed.ipynb"),
+                "--timeout-cell", str(opts.timeout_cell), "--harness-timeout", str(harness)]
+        env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(inside / "out" / "answers.jsonl"),
+               remote.SOCKET_ENV: str(inside / "out" / "grader.sock")}
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(root / "out" / "grader.sock"))
+        self.listener.listen(1)
+        info_r, info_w = os.pipe()
+        cmd = sandbox.command(root, argv, env)
+        cmd[1:1] = ["--info-fd", str(info_w)]
+        with open(log, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                         pass_fds=(info_w,), start_new_session=True)
+        os.close(info_w)
+        self.child = _read_child_pid(info_r)
+
+    def connect(self, wait: float) -> socket.socket | None:
+        self.listener.settimeout(wait)
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return None
+        return conn
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's init: the kernel then kills every process of its PID namespace,
+        and bwrap exits only after that; wait for it."""
+        for pid in (self.child, self.proc.pid):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.proc.wait()
+        self.listener.close()
 
 
-def execute(path: Path, log: Path, progress: Path, executed: Path, *, timeout_cell: float,
-            timeout_notebook: float) -> bool:
-    """Run ``path`` in its own process group; False if it ran ``timeout_notebook`` seconds past
-    the kernel's start (starting a kernel may take up to STARTUP_LIMIT more). The kernel (its own
-    process group) and everything it started are killed afterwards in every case."""
-    env = dict(os.environ)
-    env[LOG_ENV] = str(log)
-    if env.get("PYTHONPATH"):  # the kernel runs in the notebook's folder: make entries absolute
-        env["PYTHONPATH"] = os.pathsep.join(str(Path(x).resolve()) if x else x
-                                            for x in env["PYTHONPATH"].split(os.pathsep))
-    env.setdefault("MPLBACKEND", "Agg")
-    env["PYTHONUNBUFFERED"] = "1"
-    cmd = [sys.executable, "-m", "course_lib.grading._execute", str(path), str(progress), str(executed),
-           "--timeout-cell", str(timeout_cell)]
+def _read_child_pid(fd: int) -> int | None:
+    """The PID (here) of the sandbox's init, which bwrap writes to ``--info-fd`` once set up."""
+    import select
+
+    try:
+        ready, _, _ = select.select([fd], [], [], STARTUP_LIMIT)
+        text = os.read(fd, 4096) if ready else b""
+    finally:
+        os.close(fd)
+    try:
+        return int(json.loads(text)["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _events(progress: Path) -> list[dict]:
+    return _read_jsonl(progress)
+
+
+def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options
+                   ) -> tuple[dict[str, Row], Answers, list[dict], bool]:
+    """Run ``path`` in a sandbox; grade its function answers while it is alive; return the rows
+    scored so far, the answers, the executor's progress events and whether it finished in time."""
+    executed = outdir / "executed" / path.name
     executed.parent.mkdir(parents=True, exist_ok=True)
-    with open(executed.with_suffix(".log"), "w", encoding="utf-8") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env,
-                                start_new_session=True)
-        finished, started, kernel_at = True, time.monotonic(), None
-        while proc.poll() is None:
-            now = time.monotonic()
-            if kernel_at is None and _kernel_pid(progress) is not None:
-                kernel_at = now
-            deadline = kernel_at + timeout_notebook if kernel_at else started + STARTUP_LIMIT + timeout_notebook
-            if now > deadline:
-                finished = False
-                break
-            try:
-                proc.wait(timeout=0.25)
-            except subprocess.TimeoutExpired:
-                pass
-        pid = _kernel_pid(progress)
-        if pid is not None:
-            _kill_group(pid)
-        _kill_group(proc.pid)
-        proc.wait()
-    return finished
+    rows: dict[str, Row] = {}
+    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
+        root = Path(tmp)
+        (root / "work").mkdir()
+        (root / "out").mkdir()
+        shutil.copyfile(path, root / "work" / path.name)
+        box = Sandbox(root, path.name, executed.with_suffix(".log"), opts)
+        progress = root / "out" / "progress.jsonl"
+        started, kernel_at, finished, graded_fns = time.monotonic(), None, True, False
+        try:
+            while box.proc.poll() is None:
+                now = time.monotonic()
+                events = _events(progress)
+                if kernel_at is None and any(e.get("event") == "kernel" for e in events):
+                    kernel_at = now
+                deadline = (kernel_at + opts.timeout_notebook) if kernel_at else \
+                    started + STARTUP_LIMIT + opts.timeout_notebook
+                if not graded_fns and any(e.get("event") == "cells_done" for e in events):
+                    graded_fns = True
+                    rows = _grade_functions(box, questions, Answers.read(root / "out" / "answers.jsonl"),
+                                            opts, deadline)
+                    try:
+                        box.proc.wait(timeout=10)  # the harness returns, the executor saves and ends
+                    except subprocess.TimeoutExpired:
+                        pass
+                    break
+                if now > deadline:
+                    finished = False
+                    break
+                time.sleep(0.1)
+        finally:
+            box.kill()
+        events = _events(progress)
+        answers = Answers.read(root / "out" / "answers.jsonl")
+        out_nb = root / "out" / "executed.ipynb"
+        if out_nb.is_file() and not out_nb.is_symlink():
+            shutil.copyfile(out_nb, executed)
+    return rows, answers, events, finished
 
 
-def _cell_states(progress: list[dict]) -> tuple[dict[int, dict], str | None, int | None]:
+def _grade_functions(box: Sandbox, questions: list[Question], answers: Answers, opts: Options,
+                     deadline: float) -> dict[str, Row]:
+    todo = [q for q in questions if not q.is_value and q.qid in answers.answers and q.qid not in answers.revealed]
+    if not todo:
+        return {}
+    conn = box.connect(wait=min(30.0, max(1.0, deadline - time.monotonic())))
+    channel = remote.Channel(conn, max(deadline, time.monotonic() + opts.timeout_cell), opts.timeout_cell)
+    try:
+        return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}
+    finally:
+        channel.close()
+
+
+# --------------------------------------------------------------------------- reasons and rows
+def _cell_states(events: list[dict]) -> tuple[dict[int, dict], str | None, int | None]:
     """Per code cell: the 'done' row (or {'status': 'running'}); plus how the run stopped early
     ('dead', 'fail: ...') and at which cell."""
     states: dict[int, dict] = {}
     stop, stop_cell = None, None
-    for row in progress:
-        ev = row.get("event")
-        if ev == "start":
-            states[row["cell"]] = {"status": "running"}
-        elif ev == "done":
-            states[row["cell"]] = row
+    for row in events:
+        ev, cell = row.get("event"), row.get("cell")
+        if ev == "start" and isinstance(cell, int):
+            states[cell] = {"status": "running"}
+        elif ev == "done" and isinstance(cell, int):
+            states[cell] = row
         elif ev == "dead":
-            stop, stop_cell = "dead", row.get("cell")
+            stop, stop_cell = "dead", cell if isinstance(cell, int) else None
         elif ev == "fail":
             stop = "fail: " + str(row.get("error", ""))
     return states, stop, stop_cell
 
 
-def _reason(nb: dict, qid: str, states: dict[int, dict], finished: bool, stop: str | None,
-            stop_cell: int | None, timeout_notebook: float) -> str:
-    """Why question ``qid`` has no recorded score."""
-    c = _check_cell(nb, qid)
+def _reason(nb: dict, q: Question, answered: bool, events: list[dict], finished: bool,
+            opts: Options) -> str:
+    """Why question ``q`` has no score."""
+    if answered:  # a function answer that could not be called
+        return "not graded: the notebook did not reach its end, so your function could not be called"
+    states, stop, stop_cell = _cell_states(events)
+    c = _check_cell(nb, q.qid)
     last = len(_cells(nb)) - 1
-    found = _find_checker(nb)
-    setup = states.get(found[0], {}) if found else {}
-    if setup.get("status") == "error" and not setup.get("timeout"):
-        return _one_line(f"error: {setup.get('ename')}: {setup.get('evalue')} (in the Checker(...) cell)")
     window = [states[i] for i in sorted(states) if i <= (last if c is None else c)]
     if any(s.get("ename") == "NotImplementedError" for s in window):
         return "not implemented"
-    if any(s.get("timeout") for s in window):
-        return "timed out (a cell ran past the per-cell limit and was interrupted)"
-    never_ran = c is not None and c not in states
-    if not finished and (never_ran or any(s.get("status") == "running" for s in window)):
-        return f"timed out (the notebook ran past its {fmt_points(timeout_notebook)} s limit)"
     own = states.get(c) if c is not None else None
-    if own is not None and own.get("status") == "error":
-        return _one_line(f"error: {own.get('ename')}: {own.get('evalue')}")
-    if stop == "dead" and (c is None or stop_cell is None or c >= stop_cell):
+    if any(s.get("timeout") for s in window):
+        why = f"a cell at or before it ran past the {fmt_points(opts.timeout_cell)} s cell limit"
+    elif not finished and (own is None or own.get("status") == "running"):
+        why = f"the notebook ran past its {fmt_points(opts.timeout_notebook)} s limit before it"
+    elif own is not None and own.get("status") == "error":
+        why = f"its cell raised {own.get('ename')}: {own.get('evalue')}"
+    elif stop == "dead" and (c is None or stop_cell is None or c >= stop_cell):
         where = f" while running cell {stop_cell + 1}" if isinstance(stop_cell, int) and stop_cell >= 0 else ""
-        return f"error: the kernel died{where} (DeadKernelError)"
-    if stop and stop.startswith("fail") and (c is None or never_ran or (own or {}).get("status") == "running"):
-        return _one_line(f"error: the notebook could not be run ({stop[6:]})")
-    if never_ran:
-        return "not attempted (its cell did not run)"
-    return "not attempted"
+        why = f"the kernel died{where}"
+    elif stop and stop.startswith("fail"):
+        why = f"the notebook could not be run: {stop[6:]}"
+    elif c is not None and c not in states:
+        why = "its cell did not run"
+    else:
+        why = f'no check("{q.qid}", ...) call ran'
+    return _one_line(f"not attempted ({why})", 300)
 
 
-def grade_notebook(path: Path, outdir: Path, *, timeout_cell: float = 60,
-                   timeout_notebook: float = 300) -> NotebookGrade:
-    """Execute and grade one notebook."""
+def _fail(name: str, chapter: str, message: str) -> NotebookGrade:
+    g = NotebookGrade(name, chapter)
+    g.rows.append(Row("(notebook)", 1.0, 0.0, _one_line(message, 300)))
+    return g
+
+
+def grade_notebook(path: Path, outdir: Path, opts: Options) -> NotebookGrade:
+    """Execute one notebook in its sandbox and grade it."""
     t0 = time.monotonic()
+    chapter = opts.chapter or chapter_for(path.name)
+    if chapter is None:
+        return _fail(path.name, "?", "error: cannot tell the assignment from the file name: name it after "
+                     "its chapter (e.g. 01_flops.ipynb) or pass --chapter")
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(nb, dict):
+            raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        g = NotebookGrade(path.name, "?")
-        g.rows.append(Row("(notebook)", 1.0, 0.0, _one_line(f"error: not a readable notebook: {e}")))
-        return g
-    found = find_chapter(nb)
-    if found is None:
-        g = NotebookGrade(path.name, "?")
-        g.rows.append(Row("(notebook)", 1.0, 0.0, 'error: no Checker("...") call found in the notebook'))
-        return g
-    chapter, bank = found
+        return _fail(path.name, chapter, f"error: not a readable notebook: {e}")
+    questions = load_bank(chapter, opts.bank)  # errors here are the instructor's: raise
+    rows, answers, events, finished = run_submission(path, outdir, questions, opts)
     g = NotebookGrade(path.name, chapter)
-    try:
-        questions = load_bank(chapter, bank)
-    except Exception as e:  # noqa: BLE001 - report it as the notebook's grade
-        g.rows.append(Row("(notebook)", 1.0, 0.0, _one_line(f"error: {type(e).__name__}: {e}")))
-        return g
-    with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
-        log, progress = Path(tmp) / "log.jsonl", Path(tmp) / "progress.jsonl"
-        finished = execute(path, log, progress, outdir / "executed" / path.name,
-                           timeout_cell=timeout_cell, timeout_notebook=timeout_notebook)
-        records, prog = _read_jsonl(log), _read_jsonl(progress)
-    best: dict[str, dict] = {}
-    for r in records:
-        qid, score = r.get("qid"), r.get("score")
-        if isinstance(qid, str) and isinstance(score, (int, float)) and (
-                qid not in best or score > best[qid]["score"]):
-            best[qid] = r
-    states, stop, stop_cell = _cell_states(prog)
-    if finished and stop is None and not any(r.get("event") == "end" for r in prog):
-        stop = f"fail: the executor stopped unexpectedly; see executed/{path.stem}.log"
     for q in questions:
-        if q.qid in best:
-            score = min(max(float(best[q.qid]["score"]), 0.0), q.points)
-            msg = "correct" if score >= q.points else _one_line(best[q.qid].get("message", ""), 300)
+        if q.qid in answers.revealed:
+            row = Row(q.qid, q.points, 0.0, "revealed with check.reveal in a graded run: 0 points")
+        elif q.qid in rows:
+            row = rows[q.qid]
+        elif q.is_value and q.qid in answers.answers:
+            row = _score(q, answers.answers[q.qid], None, opts)
         else:
-            score = 0.0
-            msg = _reason(nb, q.qid, states, finished, stop, stop_cell, timeout_notebook)
-        g.rows.append(Row(q.qid, q.points, round(score, 4), msg))
+            row = Row(q.qid, q.points, 0.0, _reason(nb, q, q.qid in answers.answers, events, finished, opts))
+        g.rows.append(row)
     g.seconds = time.monotonic() - t0
     return g
 
 
-def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, timeout_cell: float = 60,
-              timeout_notebook: float = 300) -> int:
-    """Grade every notebook in ``directory``; print the table, write the reports; 0 if all pass."""
-    directory, outdir = Path(directory), Path(outdir)
-    paths = sorted(p for p in directory.glob("*.ipynb") if p.is_file())
+def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Options | None = None,
+              solutions: Path | None = None) -> int:
+    """Grade every notebook in ``directory``; print the table, write the reports; 0 if all pass,
+    1 if any is below the pass mark, 2 for a usage error. With ``solutions`` (the masters' folder),
+    note submissions that copy a master's solution blocks."""
+    opts = opts or Options()
+    directory, outdir = Path(directory).resolve(), Path(outdir).resolve()
+    paths = sorted(p for p in directory.glob("*.ipynb") if p.is_file() and not p.is_symlink())
     if not paths:
         print(f"no notebooks (*.ipynb) in {directory}", file=sys.stderr)
+        return 2
+    try:
+        sandbox.bwrap_path()
+        if opts.chapter or opts.bank:
+            load_bank(opts.chapter or "custom", opts.bank)
+    except (sandbox.SandboxUnavailable, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if outdir == directory or directory in outdir.parents:
+        print("error: --out must not be inside the submissions folder", file=sys.stderr)
         return 2
     outdir.mkdir(parents=True, exist_ok=True)
     grades = []
     for p in paths:
         print(f"grading {p.name} ...", file=sys.stderr, flush=True)
-        grades.append(grade_notebook(p, outdir, timeout_cell=timeout_cell, timeout_notebook=timeout_notebook))
-    print(table(grades, pass_mark))
-    (outdir / "summary.md").write_text(summary_markdown(grades, pass_mark), encoding="utf-8")
-    (outdir / "junit.xml").write_bytes(junit_xml(grades))
-    (outdir / "grades.json").write_text(grades_json(grades, pass_mark), encoding="utf-8")
-    return 1 if any(g.percent < pass_mark for g in grades) else 0
+        g = grade_notebook(p, outdir, opts)
+        note = copy_note(p, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
+        if note:
+            g.notes.append(note)
+        grades.append(g)
+    return write_reports(grades, outdir, pass_mark, seed=opts.seed, feedback=opts.feedback)

@@ -95,6 +95,24 @@ def _tolerance(rtol: float, atol: float) -> str:
     return " or ".join(parts) if parts else "exact"
 
 
+def kind_message(a: float, e: float, rtol: float, atol: float) -> str:
+    """Why number ``a`` is not ``e`` without telling ``e``: the kind of error only (graded runs)."""
+    tol = f"tolerance {_tolerance(rtol, atol)}"
+    if e == 0 or a == 0 or math.isnan(a) or math.isinf(a):
+        return f"your answer is not within the {tol} of the expected value"
+    r = a / e
+    if r < 0:
+        return "your answer has the wrong sign"
+    k = round(math.log10(r))
+    if k != 0 and math.isclose(r, 10.0 ** k, rel_tol=0.02):
+        return "your answer is off by a power of ten: check units and prefixes (k, M, G, T)"
+    if math.isclose(r, 2, rel_tol=0.02) or math.isclose(r, 0.5, rel_tol=0.02):
+        return "your answer is off by a factor of 2"
+    if 0.9 < r < 1.1:
+        return f"your answer is close (within 10%) but outside the {tol}"
+    return f"your answer is not within the {tol} of the expected value"
+
+
 def ratio_message(a: float, e: float, rtol: float, atol: float) -> str:
     """Why number ``a`` is not ``e``: direction and ratio, never only 'wrong'."""
     if math.isnan(a):
@@ -122,8 +140,10 @@ def ratio_message(a: float, e: float, rtol: float, atol: float) -> str:
     return msg
 
 
-def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: str = "") -> str | None:
-    """None if ``ans`` matches ``exp``, else a message saying what is off.
+def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: str = "",
+            graded: bool = False) -> str | None:
+    """None if ``ans`` matches ``exp``, else a message saying what is off (``graded``: the kind of
+    error only, see :func:`kind_message`).
 
     Numbers: ``math.isclose`` with ``rtol``/``atol``. Sequences (lists, tuples, arrays, tensors):
     same length, elementwise. Strings: case-insensitive, stripped. Bools: exactly. Dicts: same keys,
@@ -141,7 +161,9 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: 
         if a is None:
             u = f" ({unit})" if unit else ""
             return f"{at}expected a number{u}, got {describe(ans)}"
-        return None if _isclose(a, float(exp), rtol, atol) else at + ratio_message(a, float(exp), rtol, atol)
+        if _isclose(a, float(exp), rtol, atol):
+            return None
+        return at + (kind_message if graded else ratio_message)(a, float(exp), rtol, atol)
     if isinstance(exp, str):
         if not isinstance(ans, str):
             return f"{at}expected a string, got {describe(ans)}"
@@ -153,7 +175,7 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: 
         if len(ans) != len(exp):
             return f"{at}expected {len(exp)} values, got {len(ans)}"
         for i, (x, y) in enumerate(zip(ans, exp)):
-            m = compare(x, y, rtol, atol, unit, f"{path}[{i}]")
+            m = compare(x, y, rtol, atol, unit, f"{path}[{i}]", graded)
             if m is not None:
                 return m
         return None
@@ -165,7 +187,7 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: 
             extra = sorted(map(str, set(ans) - set(exp)))
             return f"{at}keys differ (missing: {', '.join(missing) or '-'}; unexpected: {', '.join(extra) or '-'})"
         for k in sorted(exp, key=str):
-            m = compare(ans[k], exp[k], rtol, atol, unit, f"{path}[{k!r}]")
+            m = compare(ans[k], exp[k], rtol, atol, unit, f"{path}[{k!r}]", graded)
             if m is not None:
                 return m
         return None
