@@ -1,0 +1,24 @@
+"""make bench: a notebook that fails is reported, and the notebooks after it are still timed."""
+from __future__ import annotations
+
+import nbformat
+
+from course_lib import bench
+
+
+def _notebook(path, source: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, path)
+
+
+def test_a_failing_notebook_is_reported_and_the_rest_still_run(tmp_path, capsys):
+    bad, good = tmp_path / "a_bad.ipynb", tmp_path / "b_good.ipynb"
+    _notebook(bad, "raise ZeroDivisionError('on purpose')")
+    _notebook(good, "x = 1 + 1")
+    times, failed = bench.time_notebooks([bad, good])
+    assert failed == ["a_bad.ipynb"]
+    assert times["a_bad.ipynb"] == {"failed": "ZeroDivisionError: on purpose"}
+    assert isinstance(times["b_good.ipynb"], float)
+    out = capsys.readouterr().out
+    assert "a_bad.ipynb" in out and "FAILED" in out and "b_good.ipynb" in out
