@@ -1,6 +1,7 @@
 """Notebook tools for authors.
 
     python -m course_lib.nbtools run PATH.ipynb [PATH.ipynb ...] [--timeout 600] [--allow-errors]
+    python -m course_lib.nbtools second-path      # prints avx2 or default: another CPU kernel path
 
 ``run`` executes each notebook in place with a fresh ipykernel on this interpreter (the venv's),
 working directory = the notebook's folder, stores the outputs, then normalises the file so that
@@ -60,9 +61,28 @@ def run(path: Path, *, timeout: float = 600, allow_errors: bool = False) -> None
     path.write_text(dumps(nb), encoding="utf-8")
 
 
+def second_kernel_path(native: str | None = None) -> str | None:
+    """The ``ATEN_CPU_CAPABILITY`` value that makes torch compute with other kernels than its own.
+
+    A stored notebook output must come out the same on any CPU; torch picks its vectorised kernels
+    by CPU (AVX-512, AVX2, or none), so re-running a notebook under a different choice is the
+    cheapest stand-in for another machine. AVX-512 machines get ``avx2``, others ``default``
+    (scalar kernels); ``None`` where torch already runs the default kernels (nothing else to try).
+    """
+    if native is None:
+        import torch
+        native = torch.backends.cpu.get_cpu_capability()
+    native = native.upper()
+    if native == "DEFAULT":
+        return None
+    return "avx2" if native.startswith("AVX512") else "default"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m course_lib.nbtools")
     sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("second-path", help="print the ATEN_CPU_CAPABILITY value of another kernel path "
+                                       "(empty where there is none)")
     r = sub.add_parser("run", help="execute notebooks in place and store normalised outputs")
     r.add_argument("paths", nargs="+", type=Path)
     r.add_argument("--timeout", type=float, default=600, help="seconds per cell (default 600)")
@@ -70,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     n = sub.add_parser("normalise", help="normalise notebooks in place without executing them")
     n.add_argument("paths", nargs="+", type=Path)
     a = p.parse_args(argv)
+    if a.command == "second-path":
+        print(second_kernel_path() or "")
+        return 0
     # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
     # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this CLI process.
     sys.modules.setdefault("rfc3987_syntax", None)
