@@ -58,6 +58,21 @@ def site_pages() -> list[str]:
     return toc_docnames() + list(EXTRA_PAGES)
 
 
+BROWSER_SKIP_MARK = "the site test drives Debian's Chromium"   # tests/test_site.py's skip reason
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    """Say in one line, at the end of the run, that the browser check did not run and how to get it."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", [])
+               if BROWSER_SKIP_MARK in str(getattr(r, "longrepr", ""))]
+    if skipped:
+        terminalreporter.write_line(
+            f"BROWSER CHECK DID NOT RUN: {len(skipped)} site tests skipped, no Chromium at "
+            f"{os.environ.get('COURSE_CHROMIUM', '/usr/bin/chromium')}. Install the system prerequisites "
+            "(README: apt-get install chromium chromium-driver fonts-wqy-microhei bubblewrap) and rerun.",
+            yellow=True, bold=True)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One site test per page: a failure names the page.
     if "site_page" in metafunc.fixturenames:
