@@ -6,7 +6,8 @@ gives each a process group (gloo on CPU, NCCL when there is one GPU per rank), c
 
 Guarantees, each covered by a test: a free port is picked for the rendezvous; the process group
 and the whole run have timeouts; if any rank raises, ``launch`` raises ``RankError`` carrying
-that rank's traceback; if a rank hangs or dies, ``launch`` raises instead of waiting forever; and
+that rank's traceback; if a rank hangs or dies, ``launch`` raises instead of waiting forever, and
+a rank that died (its exit code or signal) is named before the peers that only lost it; and
 no process outlives the call, whatever happens (children also die if the launching process dies).
 
 A worker is any importable module-level function, or a function defined in a notebook: its
@@ -22,9 +23,9 @@ import importlib
 import inspect
 import json
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import pickle
-import queue as queue_mod
 import signal
 import socket
 import sys
@@ -39,12 +40,31 @@ __all__ = ["RankContext", "RankError", "launch", "free_port", "default_backend",
 
 
 class RankError(RuntimeError):
-    """A rank raised or died; ``rank`` and ``remote_traceback`` say which and where."""
+    """A rank raised or died. ``rank`` is the rank to look at first: a rank that died is named
+    before the peers that merely lost it. ``remote_traceback`` is its traceback, or how it died
+    (then ``exitcode`` holds its exit code, negative for a signal); ``secondary`` maps the other
+    failed ranks to their errors, most likely consequences of the first."""
 
-    def __init__(self, rank: int, remote_traceback: str) -> None:
+    def __init__(self, rank: int, remote_traceback: str, *, died: bool = False,
+                 exitcode: int | None = None, secondary: dict[int, str] | None = None) -> None:
         self.rank = rank
         self.remote_traceback = remote_traceback
-        super().__init__(f"rank {rank} failed:\n{remote_traceback}")
+        self.exitcode = exitcode
+        self.secondary = dict(secondary or {})
+        msg = (f"rank {rank} died: {remote_traceback}" if died
+               else f"rank {rank} failed:\n{remote_traceback.rstrip()}")
+        deaths = {r: t for r, t in self.secondary.items() if t.startswith("died: ")}
+        msg += "".join(f"\nrank {r} died too: {t[len('died: '):]}" for r, t in deaths.items())
+        errors = {r: t for r, t in self.secondary.items() if r not in deaths}
+        if errors:
+            msg += f"\nthe other ranks' errors, most likely consequences of rank {rank}'s failure:" + "".join(
+                f"\n  rank {r}: {_last_line(t)}" for r, t in errors.items())
+        super().__init__(msg)
+
+
+def _last_line(text: str) -> str:
+    """The last non-blank line of a traceback: the exception itself."""
+    return ([ln for ln in text.splitlines() if ln.strip()] or [""])[-1].strip()
 
 
 @dataclass
@@ -126,9 +146,11 @@ def _make_context(rank: int, world_size: int, local_rank: int, backend: str):
 
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float,
-               threads: int, spec: tuple[str, str, str], kwargs: dict, results: Any,
-               parent_pid: int) -> None:  # noqa: ARG001 (kept for logs)
-    """Entry point of one spawned rank: set up, run the worker, report, tear down."""
+               threads: int, spec: tuple[str, str, str], kwargs: dict, conn: Any) -> None:
+    """Entry point of one rank: set up, run the worker, send one report down ``conn``, tear down.
+
+    The report goes out before the teardown, which the peers may notice, so that a rank's own
+    error reaches the launcher ahead of the errors its exit causes in the other ranks."""
     _die_with_parent()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), PYTHONWARNINGS="ignore")
@@ -141,16 +163,56 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         dist.init_process_group(backend, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         try:
-            out = _resolve(spec)(_make_context(rank, world_size, rank, backend), **kwargs)
-            results.put(("ok", rank, pickle.dumps(out)))
-        finally:
+            report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),
+                                                        **kwargs)))
+        except BaseException:  # everything, including SystemExit from student code
+            report = ("error", traceback.format_exc())
+        conn.send(report)
+        if dist.is_initialized():   # the worker may have torn it down itself
             dist.destroy_process_group()
-    except BaseException:  # report everything, including SystemExit from student code
-        results.put(("error", rank, traceback.format_exc()))
+    except BaseException:  # the set-up failed (the launcher reads only a rank's first report)
+        conn.send(("error", traceback.format_exc()))
 
 
-_MAIN_HINT = ("; if you called launch() at the top level of a script, move the call under "
-              "`if __name__ == '__main__':` (every rank imports the script's main module)")
+# A rank exits with this code when, while starting, it re-imports a script that calls launch() at
+# its top level (see launch()); the launcher then tells the user about the missing main guard.
+_UNGUARDED_MAIN_EXIT = 78
+_MAIN_HINT = ("every rank imports the launching script, and this one calls launch() at its top "
+              "level: move the call under `if __name__ == '__main__':`")
+# A peer's error with one of these texts is what a rank sees when another rank's process is gone.
+_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "remote process exited", "NCCL communicator was aborted", "ncclRemoteError")
+# After the first failure, how long to wait for the other ranks' reports and exit statuses.
+_GRACE_S = 1.0
+
+
+def _death(proc) -> str:
+    """Why a rank's process ended without a report: its exit code or the signal that killed it."""
+    code = proc.exitcode
+    if code == _UNGUARDED_MAIN_EXIT:
+        return f"exited while starting ({_MAIN_HINT})"
+    if code is None:
+        return "closed its connection to the launcher without reporting a result"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code} without reporting a result"
+
+
+def _blame(reports: dict[int, tuple], died: list[int], procs: list) -> RankError:
+    """The error of a failed run: a rank that died comes first (its peers' errors are most likely
+    consequences), then a rank that raised on its own, then one that raised for a lost peer."""
+    errors = [r for r in reports if reports[r][0] == "error"]   # in arrival order
+    own = [r for r in errors if not any(m in reports[r][1] for m in _PEER_LOST)]
+    first, *rest = died + own + [r for r in errors if r not in own]
+    text = {r: f"died: {_death(procs[r])}" for r in died} | {r: reports[r][1] for r in errors}
+    secondary = {r: text[r] for r in rest}
+    if first in died:
+        return RankError(first, _death(procs[first]), died=True, exitcode=procs[first].exitcode,
+                         secondary=secondary)
+    return RankError(first, text[first], secondary=secondary)
 
 
 def _stop(procs: list) -> None:
@@ -188,9 +250,15 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     """Run ``worker(ctx, **kwargs)`` on ``world_size`` real processes; return results by rank.
 
     ``timeout`` bounds the whole run and each collective (seconds). Raises ``RankError`` when a
-    rank raises or dies, ``TimeoutError`` naming the ranks that had not finished, and
-    ``ValueError`` for bad arguments. All ranks are stopped before this function returns.
+    rank raises or dies (a rank that died is named before the peers that lost it),
+    ``TimeoutError`` naming the ranks that had not finished, and ``ValueError`` for bad
+    arguments. All ranks are stopped before this function returns.
     """
+    if getattr(mp.current_process(), "_inheriting", False):
+        # This process is a rank still importing the launching script, which calls launch() at
+        # its top level: multiprocessing would raise an obscure bootstrap error; say it plainly.
+        print(f"course_lib.dist.launch: {_MAIN_HINT}", file=sys.stderr, flush=True)
+        os._exit(_UNGUARDED_MAIN_EXIT)
     from ._validate import positive, positive_int
     world_size = positive_int("world_size", world_size)
     timeout = positive("timeout", timeout)
@@ -200,47 +268,54 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     spec = _worker_spec(worker)
     ctx = _mp_context()
-    results = ctx.Queue()
     port = free_port()
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]   # one (reader, writer) per rank
     procs = [ctx.Process(target=_rank_main, name=f"course-rank-{r}",
-                         args=(r, world_size, port, backend, timeout, threads, spec, kwargs,
-                               results, os.getpid()))
-             for r in range(world_size)]
-    out: dict[int, Any] = {}
+                         args=(r, world_size, port, backend, timeout, threads, spec, kwargs, w))
+             for r, (_, w) in enumerate(pipes)]
     try:
-        for p in procs:
+        for p, (_, w) in zip(procs, pipes):
             p.start()
+            w.close()   # the rank holds the only writer now: its death reads as end-of-file here
         deadline = time.monotonic() + timeout
-        while len(out) < world_size:
-            try:
-                status, rank, payload = results.get(timeout=0.2)
-            except queue_mod.Empty:
-                if time.monotonic() > deadline:
-                    missing = sorted(set(range(world_size)) - set(out))
-                    raise TimeoutError(f"ranks {missing} did not finish within {timeout:g} s "
-                                       f"(a hang, a deadlock or a missing collective?)") from None
-                for r, p in enumerate(procs):
-                    if r not in out and p.exitcode not in (None, 0):
-                        # give a dying rank's report a moment to arrive before blaming a signal
-                        try:
-                            status, rank, payload = results.get(timeout=1.0)
-                        except queue_mod.Empty:
-                            raise RankError(r, f"process exited with code {p.exitcode} "
-                                               f"without reporting a result"
-                                               f"{_MAIN_HINT if p.exitcode == 1 else ''}") from None
-                        break
-                else:
-                    continue
-            if status == "error":
-                raise RankError(rank, payload)
-            out[rank] = pickle.loads(payload)
+        reports = _collect(procs, [r for r, _ in pipes], deadline, timeout)
         for p in procs:
             p.join(timeout=max(1.0, deadline - time.monotonic()))
-        return [out[r] for r in range(world_size)]
+        return [pickle.loads(reports[r][1]) for r in range(world_size)]
     finally:
         _stop(procs)
-        results.close()
-        results.join_thread()
+        for reader, writer in pipes:
+            reader.close()
+            writer.close()
+
+
+def _collect(procs: list, readers: list, deadline: float, timeout: float) -> dict[int, tuple]:
+    """Every rank's report, or the error that says which rank to blame.
+
+    A rank is done when its report arrives or its pipe closes without one (it died). After the
+    first failure the others get ``_GRACE_S`` more to report or die: a peer's "connection closed"
+    error often arrives before the dead rank's exit is seen, and must not be blamed."""
+    reports: dict[int, tuple] = {}
+    died: list[int] = []
+    pending = dict(enumerate(readers))
+    failed, until = False, deadline
+    while pending and time.monotonic() < until:
+        ready = mp_connection.wait(list(pending.values()), timeout=until - time.monotonic())
+        for r in [r for r, conn in pending.items() if conn in ready]:
+            try:
+                reports[r] = pending.pop(r).recv()
+            except EOFError:
+                died.append(r)
+            if not failed and (r in died or reports[r][0] == "error"):
+                failed, until = True, min(deadline, time.monotonic() + _GRACE_S)
+    if not failed and pending:
+        raise TimeoutError(f"ranks {sorted(pending)} did not finish within {timeout:g} s "
+                           f"(a hang, a deadlock or a missing collective?)")
+    if not failed:
+        return reports
+    for r in died:   # the fork server relays exit statuses: give it a moment
+        procs[r].join(max(0.5, until - time.monotonic()))
+    raise _blame(reports, died, procs)
 
 
 def run_from_env(worker: Callable, **kwargs: Any) -> Any:

@@ -54,3 +54,52 @@ def first_optimizer_step(ctx):
     model(torch.ones(2, 4)).sum().backward()
     opt.step()
     return preloaded, time.process_time() - t0
+
+
+def die_in_collective(ctx, how, bad_rank=1):
+    """Rank ``bad_rank`` dies (``how``: "exit:N" for os._exit(N), or a signal name sent to itself)
+    while the other ranks are blocked in an all-reduce that waits for it."""
+    import signal
+    import torch
+    import torch.distributed as dist
+    dist.barrier(group=ctx.group)
+    if ctx.rank == bad_rank:
+        time.sleep(0.2)  # let the peers enter the all-reduce first
+        kind, _, arg = how.partition(":")
+        if kind == "exit":
+            os._exit(int(arg))
+        os.kill(os.getpid(), getattr(signal, kind))
+        time.sleep(30)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=ctx.group)
+    return t.tolist()
+
+
+def block_until_killed(ctx, folder, bad_rank=1):
+    """Rank ``bad_rank`` writes its pid to ``folder``/victim.pid and sleeps, for the test to kill it
+    from outside; the other ranks block in an all-reduce that waits for it."""
+    import torch
+    import torch.distributed as dist
+    if ctx.rank == bad_rank:
+        path = os.path.join(folder, "victim.pid")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(path + ".tmp", path)
+        time.sleep(60)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=ctx.group)
+    return t.tolist()
+
+
+def raise_after_peer_lost(ctx, bad_rank=1):
+    """Rank ``bad_rank`` drops its connections first (its peers, blocked in an all-reduce, report
+    "Connection closed by peer" at once) and only then raises an error of its own."""
+    import torch
+    import torch.distributed as dist
+    if ctx.rank == bad_rank:
+        dist.destroy_process_group()
+        time.sleep(0.5)
+        raise ValueError(f"deliberate failure on rank {ctx.rank}")
+    t = torch.ones(2)
+    dist.all_reduce(t, group=ctx.group)
+    return t.tolist()

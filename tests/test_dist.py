@@ -6,12 +6,25 @@ import psutil
 import pytest
 
 from course_lib import dist
-from dist_workers import (allreduce_rank_sum, exit_hard_on_rank, first_optimizer_step, hang_on_rank,
-                          raise_on_rank, report_pid)
+from dist_workers import (allreduce_rank_sum, block_until_killed, die_in_collective, exit_hard_on_rank,
+                          first_optimizer_step, hang_on_rank, raise_after_peer_lost, raise_on_rank,
+                          report_pid)
 
 
 def _alive(pids):
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _ranks_left():
+    """Live processes forked by multiprocessing's fork server (the ranks' parent), if any."""
+    left = []
+    for server in psutil.Process().children():
+        try:
+            if "forkserver" in " ".join(server.cmdline()):
+                left += _alive([c.pid for c in server.children(recursive=True)])
+        except psutil.NoSuchProcess:
+            pass
+    return left
 
 
 def test_results_come_back_in_rank_order():
@@ -39,9 +52,7 @@ def test_failing_rank_raises_with_its_traceback_and_leaves_nothing():
     assert "ZeroDivisionError: deliberate failure on rank 2" in info.value.remote_traceback
     assert "raise_on_rank" in str(info.value)
     assert time.monotonic() - t0 < 20                    # did not wait for the sleeping ranks
-    time.sleep(0.5)
-    assert not [c for c in psutil.Process().children(recursive=True)
-                if c.name().startswith("python") and "course-rank" in " ".join(c.cmdline())]
+    assert not _ranks_left()
 
 
 def test_hanging_rank_times_out_and_is_killed():
@@ -55,6 +66,72 @@ def test_rank_that_dies_without_a_traceback_is_named():
     with pytest.raises(dist.RankError, match="exited with code 7") as info:
         dist.launch(exit_hard_on_rank, world_size=2, timeout=30)
     assert info.value.rank == 1
+
+
+PEER_LOST = "Connection closed by peer"
+
+
+@pytest.mark.parametrize("how, world_size, headline", [
+    ("exit:1", 2, "rank 1 died: exited with code 1"),
+    ("exit:3", 2, "rank 1 died: exited with code 3"),
+    ("exit:0", 2, "rank 1 died: exited with code 0 without reporting a result"),
+    ("SIGSEGV", 3, "rank 1 died: killed by SIGSEGV"),
+])
+def test_rank_that_dies_in_a_collective_is_blamed_not_its_peers(how, world_size, headline):
+    # the peers blocked in the all-reduce fail with "Connection closed by peer", often before the
+    # launcher sees the dead rank's exit: the dead rank must still be the one named, first
+    with pytest.raises(dist.RankError) as info:
+        dist.launch(die_in_collective, world_size=world_size, how=how, timeout=30)
+    err, msg = info.value, str(info.value)
+    assert err.rank == 1 and msg.startswith(headline), msg
+    assert err.exitcode == (-11 if how == "SIGSEGV" else int(how[5:]))
+    assert sorted(err.secondary) == [r for r in range(world_size) if r != 1]
+    assert all(PEER_LOST in err.secondary[r] for r in err.secondary)
+    assert msg.index(PEER_LOST) > msg.index("consequences of rank 1")
+    assert "__main__" not in msg          # exit code 1 here has nothing to do with a main guard
+    assert not _ranks_left()
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_rank_killed_from_outside_is_blamed(tmp_path, sig):
+    import signal
+    import threading
+
+    def kill_the_victim():
+        victim = tmp_path / "victim.pid"
+        while not victim.exists():
+            time.sleep(0.02)
+        time.sleep(0.2)                   # the peer is blocked in its all-reduce by now
+        pid = int(victim.read_text())
+        seen.extend(_ranks_left())
+        os.kill(pid, getattr(signal, sig))
+        seen.append(pid)
+
+    seen = []
+
+    killer = threading.Thread(target=kill_the_victim, daemon=True)
+    killer.start()
+    t0 = time.monotonic()
+    with pytest.raises(dist.RankError) as info:
+        dist.launch(block_until_killed, world_size=2, folder=str(tmp_path), timeout=30)
+    killer.join()
+    assert seen[-1] in seen[:-1]          # _ranks_left() does see running ranks
+    assert info.value.rank == 1 and str(info.value).startswith(f"rank 1 died: killed by {sig}")
+    assert PEER_LOST in info.value.secondary[0]
+    assert time.monotonic() - t0 < 10
+    assert not _ranks_left()
+
+
+def test_rank_that_raised_is_blamed_even_after_its_peers_lost_it():
+    # rank 1 drops its connections, so rank 0's "Connection closed" arrives first; rank 1's own
+    # ValueError half a second later is still the error named first, with its traceback
+    with pytest.raises(dist.RankError) as info:
+        dist.launch(raise_after_peer_lost, world_size=2, timeout=30)
+    assert info.value.rank == 1
+    assert str(info.value).startswith("rank 1 failed:\nTraceback")
+    assert info.value.remote_traceback.rstrip().endswith("ValueError: deliberate failure on rank 1")
+    assert PEER_LOST in info.value.secondary[0]
+    assert not _ranks_left()
 
 
 def test_no_rank_survives_any_outcome():
@@ -154,8 +231,9 @@ def test_script_without_main_guard_gets_a_plain_hint(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     tail = proc.stderr[proc.stderr.rindex("Traceback"):]     # the parent's own error, last
-    assert "course_lib.dist.RankError" in tail and "if __name__ == '__main__':" in tail, tail
-    assert "AssertionError" not in proc.stderr
+    assert "course_lib.dist.RankError: rank 0 died: exited while starting" in tail, tail
+    assert "if __name__ == '__main__':" in tail, tail
+    assert "AssertionError" not in proc.stderr and "bootstrapping phase" not in proc.stderr
 
 
 def test_demo_workers_under_launch():
