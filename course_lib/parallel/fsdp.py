@@ -75,17 +75,21 @@ class FSDP(nn.Module):
         super().__init__()
         if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
             raise ValueError(f"mixed_precision must be a MixedPrecision or None; got {mixed_precision!r}")
-        self.module, self.comm = module, comm
-        self._shared = Shared(comm, mixed_precision or MixedPrecision())
-        with torch.no_grad():
-            for t in list(module.buffers()) + (list(module.parameters()) if sync_module_states else []):
-                _broadcast(comm, t)
+        if isinstance(units, nn.Module) and not isinstance(units, (nn.ModuleList, nn.Sequential)):
+            units = [units]                      # one module; a ModuleList/Sequential: its children
         order = list(units) + [module]
+        if not all(isinstance(u, nn.Module) for u in order):
+            raise ValueError(f"units must be an iterable of nn.Module; got {units!r}")
         members = [{id(m) for m in u.modules()} for u in order]
         if len({id(u) for u in order}) < len(order):
             raise ValueError("units must be distinct submodules of the model, without the model itself")
         if any(id(u) not in members[-1] for u in order):
             raise ValueError("units must all be submodules of the model")
+        self.module, self.comm = module, comm
+        self._shared = Shared(comm, mixed_precision or MixedPrecision())
+        with torch.no_grad():
+            for t in list(module.buffers()) + (list(module.parameters()) if sync_module_states else []):
+                _broadcast(comm, t)
         claims: list[list] = [[] for _ in order]
         for p, owners in _owners(module).values():
             fits = [k for k, mem in enumerate(members) if all(id(m) in mem for m, _ in owners)]
