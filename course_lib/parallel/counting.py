@@ -36,7 +36,8 @@ import torch.distributed as dist
 
 from .._validate import choice
 
-__all__ = ["OpStats", "CountingComm", "os_bytes_written", "storage_bytes", "optimizer_state_bytes", "KINDS"]
+__all__ = ["OpStats", "CountingComm", "as_comm", "os_bytes_written", "storage_bytes", "optimizer_state_bytes",
+           "KINDS"]
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 
@@ -273,3 +274,20 @@ class CountingComm:
             dist.broadcast(tensor, self._ranks[src], group=self.group)
             return None
         self._submit("broadcast", payload, run, False)
+
+
+def as_comm(comm=None, process_group=None) -> CountingComm:
+    """The :class:`CountingComm` a component communicates through, from what its user passed.
+
+    ``comm`` may be a ``CountingComm`` (used as is: the course's ring, with its byte counts) or a
+    plain ``torch.distributed`` ProcessGroup, which is wrapped as ``CountingComm(group,
+    algorithm="native")`` so the collectives are torch.distributed's own; ``process_group`` is the
+    same as passing a group as ``comm``. Neither: the default (world) group, native."""
+    if comm is not None and process_group is not None:
+        raise ValueError("pass comm or process_group, not both")
+    comm = process_group if comm is None else comm
+    if isinstance(comm, CountingComm):
+        return comm
+    if comm is not None and not isinstance(comm, dist.ProcessGroup):
+        raise ValueError(f"comm must be a CountingComm or a torch.distributed ProcessGroup, got {type(comm).__name__}")
+    return CountingComm(comm, algorithm="native")

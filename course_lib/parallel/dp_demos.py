@@ -138,16 +138,17 @@ def _setup(ctx, strategy: str, model: GPT, lr: float, algorithm: str, bucket_byt
         if overlap and bucket_bytes is None:
             bucket_bytes = DEFAULT_BUCKET_BYTES
         w = dp_mod.DataParallel(model, comm, bucket_bytes=bucket_bytes, overlap=overlap)
-        opt = torch.optim.AdamW(model.parameters(), **hp)
-
-        def update():
-            w.finish()
-            opt.step()
-        return _Run(_step_fn(model, w.zero_grad, update), named(lambda p: p), named(lambda p: p.grad),
+        opt = torch.optim.AdamW(w.parameters(), **hp)
+        return _Run(_step_fn(w, opt.zero_grad, opt.step), named(lambda p: p), named(lambda p: p.grad),
                     lambda: w.memory_bytes(opt), comm)
     if strategy in ("zero1", "zero2"):
-        z = zero_mod.ZeroOptimizer(model, comm, stage=int(strategy[-1]), bucket_bytes=bucket_bytes, **hp)
-        return _Run(_step_fn(model, z.zero_grad, z.step), named(lambda p: p), z.full_grads, z.memory_bytes,
+        z = zero_mod.ZeroOptimizer(model.parameters(), torch.optim.AdamW, comm=comm, stage=int(strategy[-1]),
+                                   bucket_bytes=bucket_bytes, **hp)
+
+        def zero_grads():
+            g = z.full_grads()
+            return {k: g[p] for k, p in model.named_parameters()}
+        return _Run(_step_fn(model, z.zero_grad, z.step), named(lambda p: p), zero_grads, z.memory_bytes,
                     comm)
     if strategy == "fsdp":
         f = fsdp_mod.FSDP(model, comm, units=list(model.blocks), reshard_root=reshard_root)

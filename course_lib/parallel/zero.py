@@ -12,75 +12,128 @@ state, and the reduced gradient, of its own 1/n of the parameters:
 Reduce-scatter + all-gather is exactly an all-reduce cut in two with the optimizer step in the
 middle, so ZeRO-1/2 send the same bytes as DP: 2(n−1)/n·Ψ values per rank and step.
 
-* Stage 1 (``P_os``) keeps the full gradient buffers until the step (they were needed anyway).
-* Stage 2 (``P_os+g``) frees each gradient bucket as soon as it has been reduce-scattered and keeps
+* Stage 1 (``P_os``) keeps the full gradient buffers (the ring reduce-scatters in place).
+* Stage 2 (``P_os+g``) drops each gradient bucket as soon as it has been reduce-scattered and keeps
   only its shard, so gradients also cost 1/n.
 
-Each bucket of the flat parameter buffer is sharded separately (rank r owns chunk r of every
-bucket); the parameters the model uses are views into these buffers, and rank r's optimizer
-updates its chunk in place, so fp32 training needs no separate master copy.
+Each bucket (one per param group, dtype and device, see :func:`~course_lib.parallel.dp.make_buckets`)
+of the flat parameter buffer is sharded separately (rank r owns chunk r of every bucket); the
+parameters the model uses are views into these buffers, and rank r's inner optimizer — any
+elementwise ``torch.optim`` optimizer: SGD, Adam, AdamW... — updates its chunk in place, so fp32
+training needs no separate master copy.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from .counting import CountingComm, optimizer_state_bytes, storage_bytes
-from .dp import make_buckets, unique_params
+from .counting import as_comm, optimizer_state_bytes, storage_bytes
+from .dp import broadcast_from_rank0, make_buckets, queue_end_of_backward
 
 __all__ = ["ZeroOptimizer"]
 
 
-class ZeroOptimizer:
-    """AdamW with ZeRO stage 1 or 2 over ``comm``'s ranks.
+class ZeroOptimizer(torch.optim.Optimizer):
+    """``optimizer_cls(params, **defaults)`` with its state sharded over ranks (ZeRO stage 1 or 2).
 
-    Usage per step: ``loss.backward(); zopt.step(); zopt.zero_grad()``. Gradient reduce-scatters
-    start during backward (hooks), bucket by bucket, on the communication thread.
+    A ``torch.optim.Optimizer``: ``param_groups`` are the user's (an LR scheduler's changes take
+    effect at the next ``step``), ``zero_grad(set_to_none)`` works in both modes. Per step:
+    ``loss.backward(); zopt.step(); zopt.zero_grad()``; the reduce-scatters start during backward,
+    bucket by bucket. Successive backwards before a ``step`` accumulate, as with ``p.grad``.
+
+    * ``params``: parameters or param groups, as for any optimizer, or an ``nn.Module`` (its
+      parameters; its buffers are then broadcast from rank 0 too). Frozen parameters are broadcast
+      and otherwise left alone.
+    * ``comm``: a :class:`~course_lib.parallel.counting.CountingComm` or a plain ProcessGroup
+      (``process_group=`` works too); ``broadcast=True`` copies rank 0's values to every rank at
+      construction and then resets ``comm``'s counts.
+    * Gradients go from ``p.grad`` into the buckets as each is accumulated, and ``p.grad`` is then
+      None again; :meth:`full_grads` gathers the averaged gradients (after ``step``).
+    * ``state_dict()`` is this rank's shard of the optimizer state: each rank saves its own and
+      loads it back into a ZeroOptimizer built the same way on the same number of ranks.
     """
 
-    def __init__(self, model: nn.Module, comm: CountingComm, *, stage: int = 1, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.01, bucket_bytes: int | None = None,
-                 broadcast: bool = True) -> None:
+    def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW, *,
+                 comm=None, process_group=None, stage: int = 1, bucket_bytes: int | None = None,
+                 broadcast: bool = True, **defaults) -> None:
         if stage not in (1, 2):
             raise ValueError(f"stage must be 1 or 2 (ZeRO-3 is course_lib.parallel.fsdp), got {stage!r}")
-        self.model, self.comm, self.stage = model, comm, stage
-        self.params = unique_params(model)
-        n, r = comm.world_size, comm.rank
+        if not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer)):
+            raise ValueError(f"optimizer_cls must be a torch.optim.Optimizer class, got {optimizer_cls!r}")
+        buffers = []
+        if isinstance(params, nn.Module):
+            buffers, params = list(params.buffers()), params.parameters()
+        super().__init__(params, defaults)
+        self.comm, self.stage = as_comm(comm, process_group), stage
+        n, r = self.comm.world_size, self.comm.rank
         if broadcast:
-            with torch.no_grad():
-                for p in self.params:
-                    comm.broadcast(p.data)
-            comm.reset()
-        self.buckets = make_buckets(self.params, bucket_bytes, n)
-        self._bucket_of = {}
+            broadcast_from_rank0(self.comm, [*(p for g in self.param_groups for p in g["params"]), *buffers])
+            self.comm.reset()
+        self.buckets, self._slot_of, inner_groups = [], {}, []
+        for group in self.param_groups:
+            buckets = make_buckets([p for p in group["params"] if p.requires_grad], bucket_bytes, n)
+            for b in buckets:
+                flat = b.new_flat()
+                with torch.no_grad():
+                    for i, (p, v) in enumerate(zip(b.params, b.views(flat))):
+                        v.copy_(p)
+                        p.data = v                   # the model now reads its weights from the bucket
+                        self._slot_of[id(p)] = (b, i)
+                b.extra["param"] = flat
+                b.extra["shard"] = nn.Parameter(flat.chunk(n)[r])   # a view: updated in place
+            self.buckets += buckets
+            inner_groups.append({**group, "params": [b.extra["shard"] for b in buckets]})
+        if not self.buckets:
+            raise ValueError("params holds no parameter that requires grad")
         for b in self.buckets:
-            p0 = b.params[0]
-            flat = torch.zeros(b.numel, dtype=p0.dtype, device=p0.device)
-            for p, v in zip(b.params, b.views(flat)):
-                v.copy_(p.data)
-                p.data = v                       # the model now reads its weights from the bucket
-                self._bucket_of[id(p)] = b
-            b.extra["param"] = flat
-            b.extra["shard"] = nn.Parameter(flat.chunk(n)[r])   # a view: updated in place
-        for p in self.params:
-            p.register_post_accumulate_grad_hook(self._on_grad)
-        self.optimizer = torch.optim.AdamW([b.extra["shard"] for b in self.buckets], lr=lr,
-                                           betas=betas, eps=eps, weight_decay=weight_decay)
-        self.zero_grad()
+            for p in b.params:
+                p.register_post_accumulate_grad_hook(self._on_grad)
+        self.optim = optimizer_cls(inner_groups)
+        for outer, inner in zip(self.param_groups, self.optim.param_groups):
+            for k, v in inner.items():               # the inner optimizer's defaults, for the user
+                outer.setdefault(k, v)
+        self.defaults = {**self.optim.defaults, **defaults}
+        self._in_backward = False
 
-    def zero_grad(self) -> None:
-        """Fresh zeroed gradient buckets, with every ``p.grad`` a view into its bucket."""
+    # ------------------------------------------------------------------ backward
+    def _on_grad(self, p: torch.Tensor) -> None:
+        b, i = self._slot_of[id(p)]
+        if not self._in_backward:                # the first gradient of this backward pass
+            self._begin_backward()
+        if b.grad is None:                       # stage 2 dropped it after the last reduce-scatter
+            b.grad = b.new_flat()
+            b.slots = b.views(b.grad)
+        with torch.no_grad():
+            b.slots[i].copy_(p.grad)
+        p.grad = None
+        b.extra["filled"][i] = True
+        b.ready += 1
+        if b.ready == len(b.params):
+            self._launch(b)
+
+    def _begin_backward(self) -> None:
+        self._in_backward = True
+        self._collect()                          # the buckets are about to be reused
         for b in self.buckets:
-            p0 = b.params[0]
-            if b.grad is None or b.grad.untyped_storage().nbytes() == 0:
-                b.grad = torch.zeros(b.numel, dtype=p0.dtype, device=p0.device)
-            else:
-                b.grad.zero_()
-            b.ready, b.handle = 0, None
-            for p, v in zip(b.params, b.views(b.grad)):
-                p.grad = v
-            b.extra["shard"].grad = None
+            acc = b.extra.get("acc")
+            if acc is not None and b.grad is not None and \
+                    acc.untyped_storage().data_ptr() == b.grad.untyped_storage().data_ptr():
+                b.extra["acc"] = acc.clone()     # accumulating: keep the reduced shard apart
+            b.ready, b.extra["filled"] = 0, [False] * len(b.params)
+        queue_end_of_backward(self._end_of_backward)
+
+    def _end_of_backward(self) -> None:
+        """Reduce-scatter the buckets some of whose parameters got no gradient (zeros for those)."""
+        self._in_backward = False
+        for b in self.buckets:
+            if b.handle is None:
+                if b.grad is None:
+                    b.grad = b.new_flat()
+                    b.slots = b.views(b.grad)
+                for v, filled in zip(b.slots, b.extra["filled"]):
+                    if not filled:
+                        v.zero_()
+                self._launch(b)
 
     def _launch(self, b) -> None:
         n, r = self.comm.world_size, self.comm.rank
@@ -88,53 +141,83 @@ class ZeroOptimizer:
             out = b.grad.chunk(n)[r]                 # reduce in place: the shard is part of the bucket
         else:
             out = torch.empty(b.numel // n, dtype=b.grad.dtype, device=b.grad.device)
-        b.extra["grad_shard"] = out
-        grad = b.grad
+        b.extra["out"] = out
+        b.handle = self.comm.reduce_scatter(out, b.grad, average=True, async_op=True)
+        if self.stage == 2:                          # only the shard survives (once the call is done)
+            b.grad, b.slots = None, []
 
-        def free_bucket() -> None:                   # stage 2: only the shard survives
-            grad.untyped_storage().resize_(0)
-        then = free_bucket if self.stage == 2 else None
-        b.handle = self.comm.reduce_scatter(out, grad, average=True, async_op=True, then=then)
-
-    def _on_grad(self, p: torch.Tensor) -> None:
-        b = self._bucket_of[id(p)]
-        b.ready += 1
-        if b.ready == len(b.params):
-            self._launch(b)
-
-    def step(self) -> None:
-        """Wait for the reduce-scatters, update this rank's shards, all-gather the parameters."""
+    def _collect(self) -> None:
+        """Wait for the reduce-scatters in flight and add their shards to the accumulated ones."""
         for b in self.buckets:
-            if b.handle is None:
-                self._launch(b)
+            if b.handle is not None:
+                b.handle.wait()
+                out, acc = b.extra.pop("out"), b.extra.get("acc")
+                b.extra["acc"] = out if acc is None else acc.add_(out)
+                b.handle = None
+
+    # ------------------------------------------------------------------ the optimizer interface
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Update this rank's shards with the averaged gradients, then all-gather the parameters."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._collect()
         for b in self.buckets:
-            b.handle.wait()
-            b.extra["shard"].grad = b.extra["grad_shard"]
-            if self.stage == 2:
-                for p in b.params:
-                    p.grad = None
-        self.optimizer.step()
+            b.extra["shard"].grad = b.extra.get("acc")
+        for outer, inner in zip(self.param_groups, self.optim.param_groups):
+            inner.update({k: v for k, v in outer.items() if k != "params"})   # e.g. a scheduler's lr
+        self.optim.step()
         handles = [self.comm.all_gather(b.extra["param"], b.extra["shard"].detach(), async_op=True)
                    for b in self.buckets]
         for h in handles:
             h.wait()
+        return loss
 
-    def full_grads(self) -> dict[str, torch.Tensor]:
-        """The averaged gradient of every parameter, gathered from the shards (a collective: call on
-        all ranks, after ``step`` and before ``zero_grad``); for checking against a reference."""
-        names = {id(p): k for k, p in reversed(list(self.model.named_parameters()))}
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the accumulated gradients (and clear any ``p.grad``, as torch's optimizers do)."""
+        super().zero_grad(set_to_none)
+        self._collect()
+        for b in self.buckets:
+            b.extra["acc"] = b.extra["shard"].grad = None
+
+    def state_dict(self) -> dict:
+        """This rank's shard of the optimizer state, with the param groups' hyperparameters."""
+        inner = self.optim.state_dict()
+        groups = [{**{k: v for k, v in outer.items() if k != "params"}, "params": ig["params"]}
+                  for outer, ig in zip(self.param_groups, inner["param_groups"])]
+        return {"state": inner["state"], "param_groups": groups, "zero": self._layout()}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load what :meth:`state_dict` saved on this rank (same ranks, same buckets)."""
+        if state_dict.get("zero") != self._layout():
+            raise ValueError(f"state_dict was saved with layout {state_dict.get('zero')}; this optimizer "
+                             f"has {self._layout()} (each rank loads its own shard)")
+        self.optim.load_state_dict({"state": state_dict["state"], "param_groups": state_dict["param_groups"]})
+        for outer, saved in zip(self.param_groups, state_dict["param_groups"]):
+            outer.update({k: v for k, v in saved.items() if k != "params"})
+
+    def _layout(self) -> dict:
+        return {"rank": self.comm.rank, "world_size": self.comm.world_size, "stage": self.stage,
+                "buckets": [b.numel for b in self.buckets]}
+
+    # ------------------------------------------------------------------ measuring
+    def full_grads(self) -> dict[torch.Tensor, torch.Tensor]:
+        """The averaged gradient of every trained parameter (keyed by the parameter), gathered from
+        the shards: a collective, call on all ranks after ``step`` and before ``zero_grad``."""
+        self._collect()
         out = {}
         for b in self.buckets:
             full = torch.empty(b.numel, dtype=b.extra["param"].dtype, device=b.extra["param"].device)
-            self.comm.all_gather(full, b.extra["grad_shard"])
+            self.comm.all_gather(full, b.extra["acc"])
             for p, v in zip(b.params, b.views(full)):
-                out[names[id(p)]] = v.clone()
+                out[p] = v.clone()
         return out
 
     def memory_bytes(self) -> dict[str, int]:
         """Bytes this rank holds for parameters, gradients and optimizer state (live storages)."""
-        grads = [b.grad for b in self.buckets] if self.stage == 1 else []
-        grads += [b.extra.get("grad_shard") for b in self.buckets]
+        grads = [b.grad for b in self.buckets] + [b.extra.get("acc") for b in self.buckets]
         return {"params": storage_bytes(b.extra["param"] for b in self.buckets),
                 "grads": storage_bytes(grads),
-                "optimizer": optimizer_state_bytes(self.optimizer)}
+                "optimizer": optimizer_state_bytes(self.optim)}
