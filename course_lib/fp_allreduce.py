@@ -43,9 +43,16 @@ def rank_gradients(world_size: int, n_elements: int, *, scale: float = 1.0, mean
     scale = positive("scale", scale)
     if not math.isfinite(mean):
         raise ValueError(f"mean must be finite, got {mean!r}")
-    rows = [torch.randn(n_elements, generator=torch.Generator().manual_seed(seed * 100_003 + r))
-            for r in range(world_size)]
-    return (torch.stack(rows) * scale + mean).float()
+    return torch.stack([_rank_row(n_elements, scale, mean, seed, r) for r in range(world_size)])
+
+
+def _rank_row(n_elements: int, scale: float, mean: float, seed: int, rank: int) -> torch.Tensor:
+    """Rank ``rank``'s FP32 gradients. Drawn in FP64 and rounded once: PyTorch's FP32 ``randn`` of
+    16 or more values takes a vectorised path whose last bit differs between CPUs (AVX2 or not),
+    the FP64 one uses the C library on every CPU, so every machine gets the same gradients."""
+    g = torch.randn(n_elements, generator=torch.Generator().manual_seed(seed * 100_003 + rank),
+                    dtype=torch.float64)
+    return (g * scale + mean).float()
 
 
 def gloo_chunk_bounds(n_elements: int, world_size: int, element_size: int) -> list[int]:
@@ -100,8 +107,7 @@ def allreduce_worker(ctx, *, algorithm: str, n_elements: int, dtype: str = "fp16
     import torch.distributed as dist
     algorithm = choice("algorithm", algorithm, ALGORITHMS)
     dt = resolve_dtype(dtype)
-    g = torch.randn(n_elements, generator=torch.Generator().manual_seed(seed * 100_003 + ctx.rank))
-    t = (g * scale + mean).float().to(dt).to(ctx.device)
+    t = _rank_row(n_elements, scale, mean, seed, ctx.rank).to(dt).to(ctx.device)
     if algorithm == "gloo":
         dist.all_reduce(t, group=ctx.group)
     elif algorithm == "fp32":
