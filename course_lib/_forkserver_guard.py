@@ -1,10 +1,7 @@
 """Imported only inside multiprocessing's fork server (as a preload module): make the server die
 with the process that started it, so that a killed notebook kernel leaves no server behind. The
-ranks forked from the server ask for the same, so the whole tree goes down together."""
-import ctypes
-import signal
+ranks forked from the server ask for the same, so the whole tree goes down together. (Not done
+in ``course_lib.dist`` at import: that would tie a notebook kernel to its own parent.)"""
+from course_lib.dist import _die_with_parent
 
-try:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-except OSError:  # not Linux: the launcher's own cleanup still stops the ranks
-    pass
+_die_with_parent()

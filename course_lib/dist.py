@@ -128,9 +128,8 @@ def _resolve(spec: tuple[str, str, str]) -> Callable:
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this process when its parent dies, so no rank is ever orphaned."""
     try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the launcher's own cleanup still stops the ranks
         pass
 
 
