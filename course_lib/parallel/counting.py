@@ -237,7 +237,8 @@ class CountingComm:
 
         def run() -> int | None:
             if self.algorithm == "native":
-                dist.reduce_scatter_tensor(output, input, group=self.group)
+                getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(  # torch < 2.13 name
+                    output, input, group=self.group)
                 sent = None
             else:
                 chunks = self._chunks(input)
@@ -258,7 +259,8 @@ class CountingComm:
 
         def run() -> int | None:
             if self.algorithm == "native":
-                dist.all_gather_into_tensor(output, input, group=self.group)
+                getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(
+                    output, input, group=self.group)
                 return None
             chunks = self._chunks(output)
             if chunks[self.rank].data_ptr() != input.data_ptr():
