@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Claim", "CLAIMS", "numbers", "render", "resolve_evidence"]
+__all__ = ["Claim", "CLAIMS", "numbers", "render", "resolve_evidence", "verdict_of"]
 
 VERDICTS = ("TRUE", "TRUE, with caveats", "IMPRECISE", "PARTLY FALSE", "FALSE", "UNSOURCED")
 
@@ -77,9 +77,11 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(4, "B300 has 288 GB of HBM.", "TRUE", "288 GB HBM3e per GPU (datasheet); usable capacity can be "
           "a little lower.", "NVIDIA B300 documentation",
           ("book/01_flops.md#sec-01-days", "book/04_dp_fsdp.md#sec-04-dp")),
-    Claim(5, "Pipeline bubbles: the last stages idle at the start, the first at the end.", "TRUE",
-          "Bubble = (p−1)/(m+p−1) of wall time for GPipe and 1F1B alike; 1F1B bounds activation memory by p "
-          "instead of m.", "huang2019gpipe", ("book/05_pipeline.md#sec-05-bubble", "book/05_pipeline.md#sec-05-1f1b")),
+    Claim(5, "Pipeline bubbles: the last stages idle at the start, the first at the end.", "PARTLY FALSE",
+          "The last stage idles at the start (and at the end); the first runs the step's last backward, so it "
+          "idles in the middle, never at the end. Every stage idles (p−1)(t_f+t_b): bubble = (p−1)/(m+p−1) of "
+          "wall time for GPipe and 1F1B alike; 1F1B bounds activation memory by p instead of m.",
+          "huang2019gpipe", ("book/05_pipeline.md#sec-05-bubble", "book/05_pipeline.md#sec-05-1f1b")),
     Claim(6, "Distilling 1T tokens from Opus 4.6 at $25/MTok costs $25M.", "TRUE, with caveats",
           "${distill}M is the output-only list price; the Batch API halves it to ${distill_batch}M, input "
           "tokens add cost, and provider terms forbid training competing models on outputs.",
@@ -139,6 +141,14 @@ CLAIMS: tuple[Claim, ...] = (
           "crosses, so larger NVLink/ICI domains (NVL72, TPU slices) keep more of it fast.",
           "zhao2023fsdp", ("book/04_dp_fsdp.md#sec-04-domains",)),
 )
+
+
+def verdict_of(number: int) -> str:
+    """The ledger's verdict on claim ``number``, for a chapter to render instead of typing its own."""
+    for claim in CLAIMS:
+        if claim.number == number:
+            return claim.verdict
+    raise ValueError(f"number: no claim {number} in the ledger (1..{len(CLAIMS)})")
 
 
 def render(claim: Claim) -> str:

@@ -2,6 +2,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from course_lib import claims
@@ -52,3 +53,29 @@ def test_corrected_statements_carry_the_measured_numbers():
     assert "41.4 days" in by_n[14]
     assert "+20.8%" in by_n[15] and "+25.9%" in by_n[15]
     assert all("{" not in s for s in by_n.values())
+
+
+GLUED_VERDICT = re.compile(r'glue\("claim(\d+)_verdict", Markdown\(f"\*\*\{claims\.verdict_of\((\d+)\)\}\*\*"\)')
+
+
+def test_chapter_verdicts_are_rendered_from_the_ledger():
+    """A chapter that gives a ledger claim's verdict glues it from claims.verdict_of: one source of truth."""
+    pages = {p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "book").glob("*.md"))}
+    used = {(p.name, int(n)) for p, t in pages.items() for n in re.findall(r"\{glue:md\}`claim(\d+)_verdict`", t)}
+    glued = {(p.name, int(a)) for p, t in pages.items() for a, b in GLUED_VERDICT.findall(t) if a == b}
+    assert ("05_pipeline.md", 5) in used, "chapter 5's summary must render claim 5's verdict from the ledger"
+    assert used <= glued, f"verdicts shown but not glued from claims.verdict_of (same number): {used - glued}"
+    assert "half right" not in pages[ROOT / "book/05_pipeline.md"]
+
+
+def test_verdict_of_names_a_missing_claim():
+    assert claims.verdict_of(5) == "PARTLY FALSE"
+    with pytest.raises(ValueError, match="number"):
+        claims.verdict_of(99)
+
+
+def test_built_chapter_shows_the_ledger_verdict(html_dir):
+    """After the build, chapter 5's summary row carries exactly the ledger's verdict for claim 5."""
+    html = (html_dir / "book/05_pipeline.html").read_text(encoding="utf-8")
+    row = next(r for r in re.findall(r"<tr.*?</tr>", html, re.S) if "idles at the start of a batch" in r)
+    assert f"<strong>{claims.verdict_of(5)}</strong>" in row
