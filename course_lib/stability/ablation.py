@@ -6,8 +6,11 @@ computed once by this command and stored with their provenance::
 
     python -m course_lib.stability.ablation --out data/stability_ablation.json
 
-The lab reruns points of it live, and ``tests/test_stability.py`` reruns one grid point and the
-exercise trace and compares them with the file.
+The runs are chaotic: a one-ulp difference between two CPUs' matmul kernels grows to a different
+loss curve within a hundred steps. So what the lab checks and ``tests/test_stability.py``
+compares with the file are the robust outcomes (which perturbation the detector caught, whether a
+run overflowed), never exact losses or spike indices; :func:`spike_windows` and
+:func:`overflow_experiment` compute them.
 """
 from __future__ import annotations
 
@@ -24,12 +27,13 @@ from pathlib import Path
 import torch
 
 from .. import corpus
-from .loop import TINY, StabilityConfig, Trainer, train_run
-from .scaler import gradient_probe
-from .spikes import GuardConfig, guarded_run
+from .loop import TINY, StabilityConfig, Trainer, forward_loss, train_run
+from .scaler import DTYPES, gradient_probe
+from .spikes import GuardConfig, detect_spikes, guarded_run
 
 __all__ = ["COMMAND", "DEFAULT_PATH", "GRID_BASE", "SPIKE_BASE", "PRECISIONS", "PROBE_MODES", "spike_configs",
-           "grid_configs", "run_point", "trained_model", "probe_rows", "log2_histogram", "generate", "load", "find"]
+           "grid_configs", "run_point", "trained_model", "probe_rows", "log2_histogram", "generate", "load", "find",
+           "OVERFLOW", "FP16_MAX", "spike_windows", "overflow_experiment"]
 
 COMMAND = "python -m course_lib.stability.ablation --out data/stability_ablation.json"
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "stability_ablation.json"
@@ -40,6 +44,13 @@ GRID_BASE = StabilityConfig(steps=120, lr=0.4, warmup_steps=30)
 PRECISIONS = (("fp32", False), ("bf16", False), ("fp16", False), ("fp16", True))
 CORRUPT = (100, 115)
 LR_JUMP = (100, 50.0, 3)
+# FP16's overflow must not be a coin toss: at the grid's LR 0.4 the attention scores of the FP16 run
+# peak near 65504 (14k to 67k at step 35 on different CPUs), so it overflows on some CPUs and not
+# on others. At 4x that LR they pass 65504 by step 14-16 of 120 on every kernel path we tried
+# (AVX-512, AVX2, scalar; two MKL settings), while the BF16 run's peak goes past 10^6.
+OVERFLOW = replace(GRID_BASE, lr=4 * GRID_BASE.lr)
+FP16_MAX = 65504.0
+AFTER = 20                    # steps after a perturbation in which a detector flag still counts
 
 
 def spike_configs() -> dict[str, StabilityConfig]:
@@ -72,6 +83,56 @@ def run_point(cfg: StabilityConfig, split: corpus.CorpusSplit, peak_every: int =
             "scale": [float(s) for s in r["scale"]],
             "peaks": [[int(s), round(a, 1), round(b, 1)] for s, a, b in r["peaks"]],
             "failures": [[int(s), round(a, 1), round(b, 1)] for s, a, b in r["failures"]]}
+
+
+def spike_windows(losses: list, cfg: StabilityConfig) -> dict[str, bool]:
+    """What the spike detector caught in a run of ``cfg``, in terms no CPU difference can flip: for
+    each perturbation (``"corrupt"``, ``"lr_jump"``), whether it flagged a step from the start of
+    the perturbation to ``AFTER`` steps past its end, and ``"false_alarm"``: whether it flagged a
+    step before the first perturbation (any step, for a run without one)."""
+    spans = {}
+    if cfg.corrupt is not None:
+        spans["corrupt"] = (cfg.corrupt[0], cfg.corrupt[1] + AFTER)
+    if cfg.lr_jump is not None:
+        spans["lr_jump"] = (cfg.lr_jump[0], cfg.lr_jump[0] + cfg.lr_jump[2] + AFTER)
+    flags = detect_spikes([float("nan") if v is None else v for v in losses])
+    first = min((a for a, _ in spans.values()), default=len(losses))
+    out = {name: any(a <= f < b for f in flags) for name, (a, b) in spans.items()}
+    out["false_alarm"] = any(f < first for f in flags)
+    return out
+
+
+def overflow_experiment(split: corpus.CorpusSplit, cfg: StabilityConfig = OVERFLOW, peak_every: int = 5) -> dict:
+    """FP16 without a loss scaler and BF16, trained with the same settings (default
+    :data:`OVERFLOW`), the largest raw attention score every ``peak_every`` steps, and FP16's first
+    failing step replayed: the FP32 weights that met that batch, forward in each format.
+
+    Returns ``runs`` (``"fp16"``, ``"bf16"``: :func:`~course_lib.stability.loop.train_run` dicts
+    without models), ``failure`` (None when FP16 never produced a non-finite loss, else ``step``,
+    ``attn_logits``, ``residual`` and ``loss`` per format) and ``verdict``, the robust outcomes:
+    FP16 failed in the first half of the run, its forward pass overflowed where BF16's and FP32's
+    did not, the attention scores (at least half of 65504, twice the residual stream) are what
+    reached the limit, BF16 finished, and BF16's scores went beyond 4 × 65504."""
+    runs = {p: train_run(TINY, replace(cfg, precision=p, loss_scaling=False), split, peak_every=peak_every,
+                         keep_model=(p == "fp16")) for p in ("fp16", "bf16")}
+    fp16, failure = runs["fp16"], None
+    fp16.pop("model")
+    if "failure_model" in fp16:
+        step, attn, resid = fp16["failures"][0]
+        model, (x, y) = fp16.pop("failure_model"), fp16.pop("failure_batch")
+        failure = {"step": step, "attn_logits": attn, "residual": resid,
+                   "loss": {p: forward_loss(model, x, y, p) for p in DTYPES}}
+    bf16_peak = max((a for _, a, _ in runs["bf16"]["peaks"]), default=0.0)
+    loss = failure["loss"] if failure else {}
+    verdict = {
+        "fp16_failed_early": fp16["status"] != "ok" and fp16["stopped_at"] < cfg.steps // 2,
+        "fp16_forward_overflowed": bool(loss) and not math.isfinite(loss["fp16"])
+        and math.isfinite(loss["bf16"]) and math.isfinite(loss["fp32"]),
+        "attention_scores_hit_the_limit": failure is not None and failure["attn_logits"] > FP16_MAX / 2
+        and failure["attn_logits"] > 2 * failure["residual"],
+        "bf16_finished": runs["bf16"]["status"] == "ok",
+        "bf16_scores_beyond_fp16_range": bf16_peak > 4 * FP16_MAX}
+    return {"config": cfg, "runs": runs, "failure": failure, "verdict": verdict}
 
 
 PROBE_MODES = (("fp16", 1.0), ("fp16", 2.0 ** 16), ("bf16", 1.0))
