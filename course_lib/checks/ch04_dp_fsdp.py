@@ -3,10 +3,10 @@ course_lib.memory and course_lib.comm; the gradient-sync question is graded by r
 student's function on 2 real processes against a single-process reference."""
 from __future__ import annotations
 
-import inspect
 
 from course_lib import comm, hardware, memory
 from course_lib.grading import Mistake, Question
+from course_lib.grading.remote import launch_with, source_of
 
 GB = 1e9
 _H100 = hardware.get_accelerator("H100-SXM")
@@ -56,15 +56,15 @@ def _grade_sync(fn) -> tuple[float, str]:
     if not callable(fn):
         return 0.0, "Pass the function itself (check(\"sync_grads\", sync_gradients)), not its result."
     try:
-        source = inspect.getsource(fn)
+        source = source_of(fn)
     except (OSError, TypeError):
         return 0.0, "Cannot read the function's source: define it with `def` in a notebook cell."
     if "NotImplementedError" in source and "YOUR CODE HERE" in source:
         raise NotImplementedError("the function body is still the stub")
-    from course_lib.dist import RankError, launch
+    from course_lib.dist import RankError
     from course_lib.parallel.dp_demos import grad_sync_check_worker
     try:
-        res = launch(grad_sync_check_worker, 2, timeout=90, source=source, fn_name=fn.__name__)
+        res = launch_with(fn, grad_sync_check_worker, 2, timeout=90, source=source, fn_name=fn.__name__)
     except RankError as e:
         tb = e.remote_traceback.strip().splitlines()
         last = tb[-1] if tb else "an error"

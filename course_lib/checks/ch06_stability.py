@@ -11,15 +11,11 @@ import math
 import random
 
 from course_lib.grading import Mistake, Question
-from course_lib.stability import ablation, scaler, spikes
+from course_lib.grading.inputs import exercise_trace
+from course_lib.stability import scaler, spikes
 
 # --- spike detection: a recorded trace (seed 3, LR ×40 at steps 50–52, corrupted batches 120–129)
 WINDOW, THRESHOLD, MIN_JUMP = 20, 5.0, 0.3
-
-
-def exercise_trace() -> list[float]:
-    """The loss trace of the exercise (one value per step; a diverged step would be None)."""
-    return [float("nan") if v is None else v for v in ablation.load()["spikes"]["exercise"]["loss"]]
 
 
 def _variant_spikes(losses, keep_spikes: bool = False, ddof: int = 0) -> list[int]:

@@ -9,22 +9,12 @@ import torch
 
 from course_lib import causality, moe
 from course_lib.grading import Mistake, Question
+from course_lib.grading.inputs import MOE_SCHEMES
 
 COUNTS = [150, 90, 60, 212, 40, 88, 290, 94]          # router counts of 1024 tokens over 8 experts
 SEEDS = (0, 1, 2)                                      # harness probes per scheme (a leak found once is proof)
 
-# The schemes of the classification question: name -> MoE keyword arguments.
-SCHEMES = {
-    "token_choice_no_capacity": dict(router="token"),
-    "token_choice_fcfs_per_sequence": dict(router="token", capacity_factor=1.0, group="sequence",
-                                           priority="position"),
-    "token_choice_top2_gshard_rank": dict(router="token", top_k=2, capacity_factor=1.0,
-                                          group="sequence", priority="rank"),
-    "token_choice_score_priority_batch": dict(router="token", capacity_factor=1.0, group="batch",
-                                              priority="score"),
-    "expert_choice_per_sequence": dict(router="expert", capacity_factor=1.0, group="sequence"),
-    "expert_choice_batch": dict(router="expert", capacity_factor=1.0, group="batch"),
-}
+SCHEMES = MOE_SCHEMES                                 # name -> MoE keyword arguments
 
 
 def harness_verdict(router, **kwargs) -> tuple[bool, bool, list[tuple[int, int]]]:

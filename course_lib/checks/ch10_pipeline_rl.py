@@ -1,13 +1,12 @@
 """Graded questions of chapter 10, "Pipeline RL". The value questions take their references from
 ``course_lib.rl.simulate``; the swap question runs the student's function inside a real actor
-process that receives real weight broadcasts from a learner process (``drill_worker``)."""
+process that receives real weight broadcasts from a learner process
+(:func:`course_lib.grading.drills.drill_worker`, which runs in the sandbox in a graded run)."""
 from __future__ import annotations
 
-import inspect
-import textwrap
-import time
-
 from course_lib.grading import Mistake, Question
+from course_lib.grading.drills import DRILL_INTERVAL, DRILL_VERSIONS, drill_worker
+from course_lib.grading.remote import launch_with, source_of
 from course_lib.rl import simulate
 from course_lib.rl.task import LengthDist
 
@@ -19,8 +18,6 @@ T_TRAIN = 60.0                  # s per optimizer step (sync question)
 N_ACTORS, SLOTS, BATCH = 32, 16, 1024     # the in-flight cluster
 T_TRAIN_CLUSTER = 150.0
 T_DELAY = 30.0                  # s from a full batch to new weights in use
-DRILL_VERSIONS = 5
-DRILL_INTERVAL = 0.05           # s the learner pauses after each delivered version
 
 _PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.25, not 25).")
 
@@ -30,91 +27,17 @@ def _seq_weighted_lag() -> float:
     return (T_DECODE * LENGTHS.mean() / 2 + T_DELAY) / delta
 
 
-# ----------------------------------------------------------------------------- the swap drill
-def drill_worker(ctx, swap_source: str, swap_name: str, versions: int = DRILL_VERSIONS,
-                 interval: float = DRILL_INTERVAL, max_len: int = 16, budget_s: float = 15.0) -> dict:
-    """Rank 0 publishes weights versions 0 … versions−1, each ``interval`` s after the previous
-    one was delivered, then STOP; rank 1 decodes with a tiny policy and calls the shipped swap
-    function before every step, checking the parameters against the exact published weights
-    before and after each call."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.utils import parameters_to_vector
-    from course_lib.rl import actors, task
-
-    wg = dist.new_group([0, 1], backend="gloo")
-
-    def weights(v: int):
-        m = task.make_policy(max_len, seed=0)
-        with torch.no_grad():
-            for i, p in enumerate(m.parameters()):
-                p.add_(0.01 * (v + 1) * (i + 1))          # every tensor moves differently
-        return m
-
-    if ctx.rank == 0:
-        works = []
-        for v in range(versions):
-            works.append(actors.publish(weights(v), v, wg))
-            works[-1][0].wait()                           # delivered: the actor swaps it in …
-            time.sleep(interval)                          # … and keeps decoding meanwhile
-        works.append(actors.publish(weights(versions), actors.STOP, wg))
-        flag = torch.zeros(1)
-        dist.recv(flag, src=1, group=ctx.group)
-        if flag[0] == 1:                                  # complete the receive posted after STOP
-            works.append(actors.publish(weights(versions), -2, wg))
-        for w, _ in works:
-            w.wait()
-        return {}
-    namespace: dict = {}
-    exec(compile(swap_source, f"<your {swap_name}>", "exec"), namespace)
-    swap = namespace[swap_name]
-    model = task.make_policy(max_len, seed=1)
-    refs = [parameters_to_vector(weights(v).parameters()).detach() for v in range(versions)]
-    buf = torch.zeros(2 + refs[0].numel())
-    pending = actors.post_receive(buf, wg)
-    x = torch.randint(0, 10, (4, max_len), generator=torch.Generator().manual_seed(0))
-    claimed, calls, nones, seen, wrong, drift, stopped = None, 0, 0, [], [], [], False
-    t_end = time.monotonic() + budget_s
-    while time.monotonic() < t_end:
-        current = parameters_to_vector(model.parameters()).detach()
-        if claimed is not None and not torch.equal(current, refs[claimed]):
-            drift.append(claimed)
-        pending, v = swap(model, pending, buf, wg)
-        calls += 1
-        if v is None:
-            nones += 1
-        elif int(v) == actors.STOP:
-            stopped = True
-            break
-        else:
-            seen.append(int(v))
-            ok = 0 <= int(v) < versions
-            if ok and torch.equal(parameters_to_vector(model.parameters()).detach(), refs[int(v)]):
-                claimed = int(v)
-            else:
-                wrong.append(int(v))
-                claimed = None
-        with torch.no_grad():
-            model(x)                                      # one decode step's worth of work
-    reposted = hasattr(pending, "is_completed") and not pending.is_completed()
-    dist.send(torch.ones(1) if reposted else torch.zeros(1), dst=0, group=ctx.group)
-    if reposted:
-        pending.wait()
-    return {"calls": calls, "nones": nones, "seen": seen, "wrong": wrong, "drift": drift,
-            "stopped": stopped, "reposted": reposted}
-
-
 def grade_swap(fn) -> tuple[float, str]:
     """Run ``fn`` as the swap step of a real actor (2 processes) and score what it did."""
-    from course_lib.dist import RankError, launch
+    from course_lib.dist import RankError
     if not callable(fn) or not hasattr(fn, "__name__"):
         return 0.0, "Pass the function itself (check('swap_weights', maybe_swap)), not its result."
     try:
-        source = textwrap.dedent(inspect.getsource(fn))
+        source = source_of(fn)
     except (OSError, TypeError):
         return 0.0, "Could not read the source of your function; define it with def in a notebook cell."
     try:
-        res = launch(drill_worker, 2, timeout=40.0, swap_source=source, swap_name=fn.__name__)[1]
+        res = launch_with(fn, drill_worker, 2, timeout=40.0, swap_source=source, swap_name=fn.__name__)[1]
     except RankError as e:
         last = [line for line in e.remote_traceback.strip().splitlines() if line.strip()][-1]
         if last.startswith("NotImplementedError"):

@@ -179,18 +179,27 @@ class Sandbox:
 
 
 def _read_child_pid(fd: int) -> int | None:
-    """The PID (here) of the sandbox's init, which bwrap writes to ``--info-fd`` once set up."""
+    """The PID (here) of the sandbox's init, from the JSON bwrap writes to ``--info-fd`` once set
+    up (in several writes: read until it parses, or bwrap dies of SIGPIPE)."""
     import select
 
+    text, end = b"", time.monotonic() + STARTUP_LIMIT
     try:
-        ready, _, _ = select.select([fd], [], [], STARTUP_LIMIT)
-        text = os.read(fd, 4096) if ready else b""
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                return None
+            text += chunk
+            try:
+                return int(json.loads(text)["child-pid"])
+            except ValueError:
+                continue
+            except (KeyError, TypeError):
+                return None
+        return None
     finally:
         os.close(fd)
-    try:
-        return int(json.loads(text)["child-pid"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def _events(progress: Path) -> list[dict]:
@@ -324,7 +333,10 @@ def grade_notebook(path: Path, outdir: Path, opts: Options) -> NotebookGrade:
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
         return _fail(path.name, chapter, f"error: not a readable notebook: {e}")
-    questions = load_bank(chapter, opts.bank)  # errors here are the instructor's: raise
+    try:
+        questions = load_bank(chapter, opts.bank)
+    except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
+        return _fail(path.name, chapter, f"error: cannot load the question bank: {type(e).__name__}: {e}")
     rows, answers, events, finished = run_submission(path, outdir, questions, opts)
     g = NotebookGrade(path.name, chapter)
     for q in questions:

@@ -2,7 +2,7 @@
 
 A student's answer is data, never code or a pickle: ``None``, bools, ints, finite floats and
 strings as themselves; tagged objects for the rest (``{"$float": "nan"}``, ``{"$tuple": [...]}``,
-``{"$dict": [[key, value], ...]}``, ``{"$tensor": {...}}`` for torch tensors and numpy arrays,
+``{"$dict": [[key, value], ...]}``, ``{"$set": [...]}``, ``{"$tensor": {...}}`` for torch tensors and numpy arrays,
 ``{"$fn": id, "name": ..., "source": ...}`` for a function that stays in the sandbox and is called
 by reference, ``{"$opaque": "TypeName"}`` for anything else). :func:`loads` rejects ``NaN``/
 ``Infinity`` literals, over-deep nesting and over-long text, so a forged answer file can be wrong
@@ -32,13 +32,26 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, allow_nan=False, sort_keys=True, separators=(",", ":"))
 
 
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise WireError(f"{text} overflows to {x}")
+    return x
+
+
 def loads(text: str | bytes) -> Any:
+    """Parse strict JSON: no NaN/Infinity literals, no number that overflows to infinity."""
     if len(text) > MAX_TEXT:
         raise WireError(f"message of {len(text)} bytes is over the {MAX_TEXT} limit")
     try:
-        return json.loads(text, parse_constant=_reject)
+        return json.loads(text, parse_constant=_reject, parse_float=_finite)
     except (ValueError, RecursionError) as e:
         raise WireError(f"not strict JSON: {e}") from None
+
+
+def _flat(values: list) -> list:
+    """A tensor's flat values: numbers as themselves, non-finite floats tagged."""
+    return [v if not isinstance(v, float) or math.isfinite(v) else {"$float": repr(v)} for v in values]
 
 
 def _tensor(x: Any) -> dict | None:
@@ -46,12 +59,12 @@ def _tensor(x: Any) -> dict | None:
     if mod == "torch" and hasattr(x, "detach"):
         t = x.detach().cpu()
         return {"kind": "torch", "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
-                "data": [encode(v) for v in t.reshape(-1).tolist()]}
+                "data": _flat(t.reshape(-1).tolist())}
     if mod == "numpy" and hasattr(x, "dtype") and hasattr(x, "tolist"):
         if getattr(x, "shape", None) == ():
             return None  # a numpy scalar: a plain number
         return {"kind": "numpy", "dtype": str(x.dtype), "shape": list(x.shape),
-                "data": [encode(v) for v in x.reshape(-1).tolist()]}
+                "data": _flat(x.reshape(-1).tolist())}
     return None
 
 
@@ -72,6 +85,8 @@ def encode(x: Any, fn: Callable[[Any], dict] | None = None, depth: int = 0) -> A
         return [encode(v, fn, depth + 1) for v in x]
     if isinstance(x, dict):
         return {"$dict": [[encode(k, fn, depth + 1), encode(v, fn, depth + 1)] for k, v in x.items()]}
+    if isinstance(x, (set, frozenset)):
+        return {"$set": [encode(v, fn, depth + 1) for v in sorted(x, key=repr)]}
     t = _tensor(x)
     if t is not None:
         return {"$tensor": t}
@@ -95,7 +110,13 @@ class Opaque:
 
 def _build_tensor(t: dict) -> Any:
     kind, dtype, shape = t.get("kind"), t.get("dtype"), t.get("shape")
-    data = [decode(v) for v in t.get("data", [])]
+    data = t.get("data")
+    if not isinstance(data, list):
+        raise WireError("malformed tensor")
+    if not all(isinstance(v, (int, float)) for v in data):  # bools are ints; tagged floats decode
+        data = [decode(v) for v in data]
+        if not all(isinstance(v, (int, float)) for v in data):
+            raise WireError("tensor data must be numbers")
     if not (isinstance(dtype, str) and isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
         raise WireError("malformed tensor")
     if math.prod(shape) != len(data):
@@ -144,6 +165,11 @@ def decode(x: Any, fn: Callable[[dict], Any] | None = None, depth: int = 0) -> A
             except TypeError:
                 raise WireError("unhashable dict key") from None
         return out
+    if "$set" in x and isinstance(x["$set"], list):
+        try:
+            return {decode(v, fn, depth + 1) for v in x["$set"]}
+        except TypeError:
+            raise WireError("unhashable set element") from None
     if "$tensor" in x and isinstance(x["$tensor"], dict):
         return _build_tensor(x["$tensor"])
     if "$fn" in x:
