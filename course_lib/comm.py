@@ -20,69 +20,80 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import choice, fraction, positive, positive_int
-from .hardware import get_accelerator
+from ._validate import calculator, choice, flag, fraction, positive, positive_int, zero_stage
+from .hardware import lookup
+from .network import DGX_H100_NDR, Network
 
 __all__ = ["KINDS", "IB_NDR_BANDWIDTH", "collective_bytes", "collective_time", "dp_bytes_per_step",
            "zero_bytes_per_step", "fsdp_bytes_per_step", "hsdp_bytes_per_step", "max_dp_degree",
-           "StepEstimate", "step_estimate", "crossover_gpus"]
+           "StepEstimate", "step_estimate", "crossover_gpus", "Network", "DGX_H100_NDR"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
-IB_NDR_BANDWIDTH = 50e9   # bytes/s per GPU per direction: one 400 Gb/s InfiniBand NDR NIC per GPU
+# Bytes/s per GPU per direction of a ring across 8-GPU H100 servers with eight 400 Gb/s NDR NICs:
+# one ring per NIC, 8 × 50 GB/s (course_lib.network; issue #19 corrected the 50 GB/s of one NIC).
+IB_NDR_BANDWIDTH = DGX_H100_NDR.ring_bandwidth
 
 
+def _ring(kind: str, size: float, n: int) -> float:
+    """Ring bytes per rank, on inputs already checked (callers validate under their own names)."""
+    return (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / n * size
+
+
+@calculator
 def collective_bytes(kind: str, size_bytes: float, n: int) -> float:
     """Bytes each rank sends in a ring ``kind`` over a buffer of ``size_bytes`` (the full buffer:
     all-reduce's tensor, reduce-scatter's input, all-gather's output) among ``n`` ranks."""
     k = choice("kind", kind, KINDS)
     s = positive("size_bytes", size_bytes, allow_zero=True)
-    n = positive_int("n", n)
-    return (2.0 if k == "all_reduce" else 1.0) * (n - 1) / n * s
+    return _ring(k, s, positive_int("n", n))
 
 
+@calculator
 def collective_time(kind: str, size_bytes: float, n: int, bandwidth: float,
                     latency: float = 0.0) -> float:
     """Seconds for a ring ``kind``: bytes sent per rank / ``bandwidth`` (bytes/s per direction per
     rank, the slowest link of the ring) + one ``latency`` (s) per ring step."""
+    sent = collective_bytes(kind, size_bytes, n)
     bw = positive("bandwidth", bandwidth)
     lat = positive("latency", latency, allow_zero=True)
     steps = (2 if kind == "all_reduce" else 1) * (positive_int("n", n) - 1)
-    return collective_bytes(kind, size_bytes, n) / bw + steps * lat
+    return sent / bw + steps * lat
 
 
+@calculator
 def dp_bytes_per_step(n_params: float, n: int, bytes_per_value: float = 2) -> float:
     """Bytes per rank per step of plain data parallelism: one all-reduce of the gradients,
     2(n−1)/n·Ψ·bytes_per_value."""
     psi = positive("n_params", n_params)
+    n = positive_int("n", n)
     b = positive("bytes_per_value", bytes_per_value)
-    return collective_bytes("all_reduce", psi * b, n)
+    return _ring("all_reduce", psi * b, n)
 
 
+@calculator
 def zero_bytes_per_step(n_params: float, n: int, stage: int, bytes_per_value: float = 2) -> float:
     """Bytes per rank per step for ZeRO ``stage`` 0–3: 2(n−1)/n·Ψ·b for 0, 1, 2; 3(n−1)/n·Ψ·b for 3."""
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
-    if stage == 3:
-        return fsdp_bytes_per_step(n_params, n, bytes_per_value)
+    stage = zero_stage("stage", stage)
     psi = positive("n_params", n_params)
+    n = positive_int("n", n)
     b = positive("bytes_per_value", bytes_per_value)
-    if stage == 0:
-        return dp_bytes_per_step(psi, n, b)
-    return collective_bytes("reduce_scatter", psi * b, n) + collective_bytes("all_gather", psi * b, n)
+    return (3 if stage == 3 else 2) * _ring("all_gather", psi * b, n)
 
 
+@calculator
 def fsdp_bytes_per_step(n_params: float, n: int, bytes_per_value: float = 2,
                         reshard_after_forward: bool = True) -> float:
     """Bytes per rank per step of FSDP / ZeRO-3: all-gather (forward) + all-gather (backward) +
     reduce-scatter (gradients) = 3(n−1)/n·Ψ·b. Without resharding after forward the backward
     gather disappears: 2(n−1)/n·Ψ·b, like DP (but the full parameters stay in memory)."""
     psi = positive("n_params", n_params)
+    n = positive_int("n", n)
     b = positive("bytes_per_value", bytes_per_value)
-    gathers = 2 if reshard_after_forward else 1
-    return (gathers * collective_bytes("all_gather", psi * b, n)
-            + collective_bytes("reduce_scatter", psi * b, n))
+    gathers = 2 if flag("reshard_after_forward", reshard_after_forward) else 1
+    return gathers * _ring("all_gather", psi * b, n) + _ring("reduce_scatter", psi * b, n)
 
 
+@calculator
 def hsdp_bytes_per_step(n_params: float, n: int, shard_size: int,
                         bytes_per_value: float = 2) -> tuple[float, float]:
     """Hybrid sharding: FSDP inside groups of ``shard_size`` ranks (a fast domain), plain DP across
@@ -94,9 +105,14 @@ def hsdp_bytes_per_step(n_params: float, n: int, shard_size: int,
     if n % d:
         raise ValueError(f"shard_size ({d}) must divide n ({n})")
     b = positive("bytes_per_value", bytes_per_value)
-    return fsdp_bytes_per_step(psi, d, b), dp_bytes_per_step(psi / d, n // d, b)
+    return _hsdp(psi, b, n, d)
 
 
+def _hsdp(psi: float, b: float, n: int, d: int) -> tuple[float, float]:
+    return 3 * _ring("all_gather", psi * b, d), _ring("all_reduce", psi / d * b, n // d)
+
+
+@calculator
 def max_dp_degree(critical_batch_tokens: float, seq_len: int) -> int:
     """Most data-parallel replicas that still get at least one whole sequence each when the global
     batch may not exceed ``critical_batch_tokens``: floor(B_crit / seq_len). This bounds the DP/FSDP
@@ -119,46 +135,71 @@ class StepEstimate:
     step_s: float
     mfu: float
     bandwidth: float
+    latency_s: float = 0.0   # the part of comm_s spent in ring latency
 
 
+@calculator
 def step_estimate(n_params: float, n_gpus: int, global_batch_tokens: float, *,
                   gpu: str = "H100-SXM", stage: int = 3, compute_mfu: float = 0.5,
-                  network_bandwidth: float = IB_NDR_BANDWIDTH, overlap: bool = True,
-                  bytes_per_value: float = 2, shard_size: int | None = None) -> StepEstimate:
+                  network_bandwidth: float | None = None, overlap: bool = True,
+                  bytes_per_value: float = 2, shard_size: int | None = None,
+                  network: Network = DGX_H100_NDR, n_units: int = 1) -> StepEstimate:
     """A first-order model of a pure data-parallel/ZeRO step on ``n_gpus`` chips.
 
     Compute: 6·Ψ·(tokens per GPU) at ``compute_mfu`` of the dense peak. Communication: the
     stage's ring bytes over the chip's scale-up link while all GPUs fit in one fast domain
-    (NVLink / ICI, ``domain_size`` chips), else over ``network_bandwidth`` per GPU. With
+    (NVLink / ICI, ``domain_size`` chips), else over ``network_bandwidth`` per GPU (default: the
+    ``network``'s ring bandwidth, NICs per node × NIC rate, capped by the scale-up link), plus ring
+    latency: each of the stage's collectives is split into ``n_units`` (FSDP units, DP buckets),
+    and each pays ``network.ring_latency`` (NCCL's per-step model; ``course_lib.network``). With
     ``shard_size`` (hybrid sharding, stage 3 only) ZeRO-3 runs inside groups of that many GPUs —
     on the fast link if a group fits in one domain, else on the network — and the gradient shards
     are all-reduced across groups on the network, the two on different wires at the same time. ``overlap=True`` hides the shorter of compute and
     communication behind the longer (best case); False adds them. MFU = 6·Ψ·tokens per GPU /
-    (peak · step). Latency, stragglers and activation memory are ignored.
+    (peak · step). Stragglers, tree all-reduce and activation memory are ignored.
     """
     psi = positive("n_params", n_params)
     n = positive_int("n_gpus", n_gpus)
     tokens = positive("global_batch_tokens", global_batch_tokens)
     u = fraction("compute_mfu", compute_mfu)
-    net = positive("network_bandwidth", network_bandwidth)
-    acc = get_accelerator(gpu)
+    if not isinstance(network, Network):
+        raise ValueError(f"network must be a course_lib.network.Network, got {network!r:.40}")
+    units = positive_int("n_units", n_units)
+    stage = zero_stage("stage", stage)
+    b = positive("bytes_per_value", bytes_per_value)
+    overlap = flag("overlap", overlap)
+    acc = lookup("gpu", gpu)
+    net = (min(network.ring_bandwidth, acc.link_bandwidth) if network_bandwidth is None
+           else positive("network_bandwidth", network_bandwidth))
     peak = acc.peak("bf16")
     compute = 6.0 * psi * tokens / n / (peak * u)
+    g = acc.domain_size
     if shard_size is not None and n > 1:
         d = min(positive_int("shard_size", shard_size), n)
         if n % d:
             raise ValueError(f"shard_size ({d}) must divide n_gpus ({n})")
-        intra, inter = hsdp_bytes_per_step(psi, n, d, bytes_per_value)
+        intra, inter = _hsdp(psi, b, n, d)
         bw_intra = acc.link_bandwidth if d <= acc.domain_size else net
         bw = bw_intra if n == d else net
-        comm = max(intra / bw_intra, inter / net)
+        lat_in = units * 3 * network.ring_latency("all_gather", d, g)
+        lat_out = units * network.ring_latency("all_reduce", n // d, 1)
+        comm = max(intra / bw_intra + lat_in, inter / net + lat_out)
+        lat = lat_in if intra / bw_intra + lat_in >= inter / net + lat_out else lat_out
     else:
         bw = acc.link_bandwidth if n <= acc.domain_size else net
-        comm = zero_bytes_per_step(psi, n, stage, bytes_per_value) / bw
+        kinds = _PASSES[stage]
+        lat = units * sum(network.ring_latency(k, n, g) for k in kinds)
+        comm = sum(_ring(k, psi * b, n) for k in kinds) / bw + lat
     step = max(compute, comm) if overlap else compute + comm
-    return StepEstimate(n, compute, comm, step, 6.0 * psi * tokens / n / (peak * step), bw)
+    return StepEstimate(n, compute, comm, step, 6.0 * psi * tokens / n / (peak * step), bw, lat)
 
 
+# The ring collectives of one step, per ZeRO stage (each split into n_units messages).
+_PASSES = {0: ("all_reduce",), 1: ("reduce_scatter", "all_gather"),
+           2: ("reduce_scatter", "all_gather"), 3: ("all_gather", "all_gather", "reduce_scatter")}
+
+
+@calculator
 def crossover_gpus(global_batch_tokens: float, *, gpu: str = "H100-SXM", stage: int = 3,
                    compute_mfu: float = 0.5, bandwidth: float = IB_NDR_BANDWIDTH,
                    bytes_per_value: float = 2) -> float:
@@ -171,7 +212,5 @@ def crossover_gpus(global_batch_tokens: float, *, gpu: str = "H100-SXM", stage: 
     u = fraction("compute_mfu", compute_mfu)
     bw = positive("bandwidth", bandwidth)
     b = positive("bytes_per_value", bytes_per_value)
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
-    k = 3.0 if stage == 3 else 2.0
-    return 1.0 + 6.0 * tokens * bw / (k * b * get_accelerator(gpu).peak("bf16") * u)
+    k = 3.0 if zero_stage("stage", stage) == 3 else 2.0
+    return 1.0 + 6.0 * tokens * bw / (k * b * lookup("gpu", gpu).peak("bf16") * u)

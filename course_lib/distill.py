@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import flops, hardware
-from ._validate import positive
+from . import hardware
+from ._validate import calculator, positive, utilisation
 
 __all__ = ["MTOK", "ASSUMED_GPU_HOUR_PRICE", "ApiPrice", "PRICES", "PUBLISHED_RUNS", "api_cost",
            "distillation_cost", "gpu_hours", "pretraining_cost", "inference_cost", "break_even_tokens",
@@ -72,6 +72,7 @@ def _share(name: str, value: object) -> float:
     return v
 
 
+@calculator
 def api_cost(output_tokens: float, price_out_per_mtok: float, input_tokens: float = 0,
              price_in_per_mtok: float = 0.0, batch_discount: float = 0.0) -> float:
     """Dollars for ``output_tokens`` and ``input_tokens`` at prices per **million** tokens, after a
@@ -87,6 +88,7 @@ def api_cost(output_tokens: float, price_out_per_mtok: float, input_tokens: floa
     return (out * p_out + inp * p_in) / MTOK * (1.0 - d)
 
 
+@calculator
 def distillation_cost(visible_tokens: float, price_out_per_mtok: float, price_in_per_mtok: float = 0.0, *,
                       input_per_output: float = 0.0, cached_fraction: float = 0.0,
                       cache_read_multiplier: float = 0.1, hidden_per_visible: float = 0.0,
@@ -120,37 +122,39 @@ def distillation_cost(visible_tokens: float, price_out_per_mtok: float, price_in
             "total_dollars": total, "dollars_per_visible_mtok": total / vis * MTOK}
 
 
-def _peak(gpu: str) -> float:
+def _peak(gpu: object) -> float:
     if gpu == "H800":   # export variant of the H100 SXM: same tensor-core peak, slower NVLink
         gpu = "H100-SXM"
-    try:
-        return hardware.get_accelerator(gpu).peak("bf16")
-    except ValueError as e:
-        raise ValueError(f"gpu: {e}") from None
+    return hardware.lookup("gpu", gpu).peak("bf16")
 
 
+def _hours(n: float, d: float, u: float, peak: float, k: float) -> float:
+    """GPU-hours of k·N·D FLOP at ``u`` of ``peak``, on inputs already checked by the caller."""
+    return k * n * d / (peak * u) / 3600.0
+
+
+@calculator
 def gpu_hours(n_params: float, n_tokens: float, mfu: float = 0.4, gpu: str = "H100-SXM",
               flops_per_param_token: float = 6.0) -> float:
     """GPU-hours to process ``n_tokens`` through ``n_params`` at ``mfu`` of the dense BF16 peak:
     ``flops_per_param_token`` = 6 for training (6ND), 2 for generating or scoring tokens."""
     n = positive("n_params", n_params)
     d = positive("n_tokens", n_tokens)
-    u = positive("mfu", mfu)
-    if u > 1:
-        raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (40% is 0.4, not 40)")
+    u = utilisation("mfu", mfu)
     k = positive("flops_per_param_token", flops_per_param_token)
-    return k * n * d / (_peak(gpu) * u) / 3600.0
+    return _hours(n, d, u, _peak(gpu), k)
 
 
+@calculator
 def pretraining_cost(n_params: float, n_tokens: float, gpu_hour_price: float = ASSUMED_GPU_HOUR_PRICE,
                      mfu: float = 0.4, gpu: str = "H100-SXM") -> float:
     """Dollars of GPU time for one training run, 6ND / (peak · MFU) GPU-hours × ``gpu_hour_price``.
     Only the final run's compute: no experiments, failed runs, data, staff or post-training."""
     price = positive("gpu_hour_price", gpu_hour_price)
-    flops.training_flops(n_params, n_tokens)  # validates n_params, n_tokens with the chapter-1 names
     return gpu_hours(n_params, n_tokens, mfu, gpu, 6.0) * price
 
 
+@calculator
 def inference_cost(n_params: float, n_tokens: float, gpu_hour_price: float = ASSUMED_GPU_HOUR_PRICE,
                    mfu: float = 0.2, gpu: str = "H100-SXM") -> float:
     """Dollars of GPU time to generate (or score) ``n_tokens`` with a model you hold the weights of:
@@ -160,6 +164,7 @@ def inference_cost(n_params: float, n_tokens: float, gpu_hour_price: float = ASS
     return gpu_hours(n_params, n_tokens, mfu, gpu, 2.0) * price
 
 
+@calculator
 def break_even_tokens(budget_dollars: float, price_out_per_mtok: float, price_in_per_mtok: float = 0.0, *,
                       input_per_output: float = 0.0, cached_fraction: float = 0.0,
                       cache_read_multiplier: float = 0.1, hidden_per_visible: float = 0.0,
@@ -209,6 +214,7 @@ def kl_divergence(p: Sequence[float], q: Sequence[float]) -> float:
 
 
 # ----------------------------------------------------------------------------- the calculator
+@calculator
 def distill_calculator(visible_tokens: float = 1e12, price_out_per_mtok: float = 25.0,
                        price_in_per_mtok: float = 5.0, input_per_output: float = 0.2,
                        cached_fraction: float = 0.0, hidden_per_visible: float = 0.0,
@@ -221,9 +227,11 @@ def distill_calculator(visible_tokens: float = 1e12, price_out_per_mtok: float =
     bill = distillation_cost(visible_tokens, price_out_per_mtok, price_in_per_mtok,
                              input_per_output=input_per_output, cached_fraction=cached_fraction,
                              hidden_per_visible=hidden_per_visible, batch_discount=batch_discount)
-    pre = pretraining_cost(teacher_params, teacher_tokens, gpu_hour_price, mfu, gpu)
+    hours = _hours(positive("teacher_params", teacher_params), positive("teacher_tokens", teacher_tokens),
+                   utilisation("mfu", mfu), _peak(gpu), 6.0)
+    pre = hours * positive("gpu_hour_price", gpu_hour_price)
     return {**bill, "pretraining_dollars": pre,
-            "pretraining_gpu_hours": gpu_hours(teacher_params, teacher_tokens, mfu, gpu),
+            "pretraining_gpu_hours": hours,
             "distill_over_pretrain": bill["total_dollars"] / pre,
             "break_even_tokens": pre / bill["dollars_per_visible_mtok"] * MTOK,
             "gpu_hour_price": float(gpu_hour_price), "gpu": gpu, "mfu": float(mfu),

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import choice, positive, positive_int
-from .hardware import get_accelerator
+from ._validate import calculator, choice, flag, positive, positive_int, utilisation
+from .hardware import lookup
 
 SECONDS_PER_DAY = 86_400.0
 
@@ -22,6 +22,7 @@ __all__ = [
 ]
 
 
+@calculator
 def training_flops(n_params: float, n_tokens: float) -> float:
     """Training compute C = 6·N·D in FLOP for ``n_params`` parameters and ``n_tokens`` tokens."""
     n = positive("n_params", n_params)
@@ -29,60 +30,60 @@ def training_flops(n_params: float, n_tokens: float) -> float:
     return 6.0 * n * d
 
 
-def _cluster_flops(n_gpus: float, mfu: float, gpu: str, dtype: str) -> float:
-    """Useful FLOP/s delivered by ``n_gpus`` chips of type ``gpu`` running at ``mfu``."""
-    g = positive("n_gpus", n_gpus)
-    u = positive("mfu", mfu)
-    if u > 1:
-        raise ValueError(f"mfu must be a fraction in (0, 1], got {mfu!r} (45% is 0.45, not 45)")
-    return g * get_accelerator(gpu).peak(dtype) * u
-
-
+@calculator
 def training_days(n_params: float, n_tokens: float, n_gpus: float, mfu: float,
                   gpu: str = "H100-SXM", dtype: str = "bf16") -> float:
     """Wall-clock days to train: 6ND / (n_gpus · dense peak · MFU) / 86 400."""
-    return training_flops(n_params, n_tokens) / _cluster_flops(n_gpus, mfu, gpu, dtype) / SECONDS_PER_DAY
+    c = training_flops(n_params, n_tokens)
+    g, u = positive("n_gpus", n_gpus), utilisation("mfu", mfu)
+    return c / (g * lookup("gpu", gpu).peak(dtype) * u) / SECONDS_PER_DAY
 
 
+@calculator
 def gpus_needed(n_params: float, n_tokens: float, days: float, mfu: float,
                 gpu: str = "H100-SXM", dtype: str = "bf16") -> float:
     """Chips needed to finish in ``days`` (a float, not rounded up: the caller decides how)."""
-    t = positive("days", days) * SECONDS_PER_DAY
-    return training_flops(n_params, n_tokens) / (t * _cluster_flops(1, mfu, gpu, dtype))
+    c = training_flops(n_params, n_tokens)
+    t, u = positive("days", days) * SECONDS_PER_DAY, utilisation("mfu", mfu)
+    return c / (t * lookup("gpu", gpu).peak(dtype) * u)
 
 
+@calculator
 def mfu(n_params: float, tokens_per_second_per_gpu: float, gpu: str = "H100-SXM",
         recompute: bool = False, dtype: str = "bf16") -> float:
     """Model FLOPs utilisation 6·N·throughput / peak; with ``recompute=True`` the hardware FLOPs
     utilisation (HFU), which counts the recomputed forward too (8·N per token)."""
     n = positive("n_params", n_params)
     tps = positive("tokens_per_second_per_gpu", tokens_per_second_per_gpu)
-    per_token = 8.0 if recompute else 6.0
-    return per_token * n * tps / get_accelerator(gpu).peak(dtype)
+    per_token = 8.0 if flag("recompute", recompute) else 6.0
+    return per_token * n * tps / lookup("gpu", gpu).peak(dtype)
 
 
+@calculator
 def attention_flops_per_token(n_layers: int, d_model: int, seq_len: int, causal: bool = True) -> float:
     """Forward FLOPs of the attention scores (QKᵀ and A·V) per token: 2·L·s·d causal, 4·L·s·d full."""
     L = positive_int("n_layers", n_layers)
     d = positive_int("d_model", d_model)
     s = positive_int("seq_len", seq_len)
-    return (2.0 if causal else 4.0) * L * s * d
+    return (2.0 if flag("causal", causal) else 4.0) * L * s * d
 
 
+@calculator
 def attention_fraction(n_layers: int, d_model: int, seq_len: int, n_params: float,
                        causal: bool = True) -> float:
     """Attention-score FLOPs divided by the dense 2N FLOPs per token (same ratio for training,
     since backward triples both): L·s·d/N causal, 2·L·s·d/N full."""
-    n = positive("n_params", n_params)
-    return attention_flops_per_token(n_layers, d_model, seq_len, causal) / (2.0 * n)
+    per_token = attention_flops_per_token(n_layers, d_model, seq_len, causal)
+    return per_token / (2.0 * positive("n_params", n_params))
 
 
+@calculator
 def attention_crossover(n_layers: int, d_model: int, n_params: float, causal: bool = True) -> float:
     """Sequence length at which attention-score FLOPs equal the dense 2N: N/(L·d) causal, N/(2·L·d) full."""
     L = positive_int("n_layers", n_layers)
     d = positive_int("d_model", d_model)
     n = positive("n_params", n_params)
-    return n / ((1.0 if causal else 2.0) * L * d)
+    return n / ((1.0 if flag("causal", causal) else 2.0) * L * d)
 
 
 @dataclass(frozen=True)

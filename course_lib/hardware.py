@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from ._validate import choice
 
-__all__ = ["Accelerator", "ACCELERATORS", "ALIASES", "get_accelerator", "accelerator_names"]
+__all__ = ["Accelerator", "ACCELERATORS", "ALIASES", "get_accelerator", "lookup", "accelerator_names"]
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,20 @@ def get_accelerator(name: str) -> Accelerator:
 
     Raises ValueError naming ``name`` and listing the known names if it is unknown.
     """
-    if not isinstance(name, str):
-        raise ValueError(f"name must be an accelerator name string, got {name!r}")
+    return lookup("name", name)
+
+
+def lookup(arg: str, value: object) -> Accelerator:
+    """``get_accelerator(value)`` for a calculator whose argument is called ``arg`` (``gpu``): the
+    same lookup, but an unknown name is reported under ``arg``, the name the user typed."""
+    if not isinstance(value, str):
+        raise ValueError(f"{arg} must be an accelerator name string, got {value!r}")
     by_upper = {k.upper(): k for k in ACCELERATORS}
-    key = name.strip().upper()
+    key = value.strip().upper()
     if key in by_upper:
         return ACCELERATORS[by_upper[key]]
     if key in ALIASES:
         return ACCELERATORS[ALIASES[key]]
-    raise ValueError(f"name: unknown accelerator {name!r}; known: {', '.join(ACCELERATORS)} "
+    shown = value if len(value) <= 40 else value[:37] + "..."
+    raise ValueError(f"{arg}: unknown accelerator {shown!r}; known names: {', '.join(ACCELERATORS)} "
                      f"(aliases: {', '.join(ALIASES)})")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import positive, positive_int
+from ._validate import calculator, positive, positive_int, zero_stage
 
 __all__ = ["ZeroMemory", "zero_memory_breakdown", "zero_memory_per_gpu", "min_zero3_degree",
            "max_params_per_gpu"]
@@ -44,12 +44,7 @@ class ZeroMemory:
         return self.params + self.grads + self.optimizer
 
 
-def _stage(stage: object) -> int:
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage must be 0 (plain DP), 1, 2 or 3, got {stage!r}")
-    return int(stage)  # type: ignore[arg-type]
-
-
+@calculator
 def zero_memory_breakdown(n_params: float, dp_degree: int, stage: int, *, param_bytes: float = 2,
                           grad_bytes: float = 2, optimizer_bytes: float = 12) -> ZeroMemory:
     """Parameter, gradient and optimizer bytes per GPU for ZeRO ``stage`` (0 = plain DP).
@@ -59,15 +54,20 @@ def zero_memory_breakdown(n_params: float, dp_degree: int, stage: int, *, param_
     """
     psi = positive("n_params", n_params)
     n = positive_int("dp_degree", dp_degree)
-    s = _stage(stage)
+    s = zero_stage("stage", stage)
     pb = positive("param_bytes", param_bytes)
     gb = positive("grad_bytes", grad_bytes)
     ob = positive("optimizer_bytes", optimizer_bytes, allow_zero=True)
+    return _breakdown(psi, n, s, pb, gb, ob)
+
+
+def _breakdown(psi: float, n: int, s: int, pb: float, gb: float, ob: float) -> ZeroMemory:
     return ZeroMemory(params=pb * psi / (n if s >= 3 else 1),
                       grads=gb * psi / (n if s >= 2 else 1),
                       optimizer=ob * psi / (n if s >= 1 else 1))
 
 
+@calculator
 def zero_memory_per_gpu(n_params: float, dp_degree: int, stage: int,
                         bytes_per_param: float = 16) -> float:
     """Bytes of model states per GPU: 16Ψ, 4Ψ + 12Ψ/n, 2Ψ + 14Ψ/n, 16Ψ/n for stages 0–3.
@@ -75,12 +75,20 @@ def zero_memory_per_gpu(n_params: float, dp_degree: int, stage: int,
     ``bytes_per_param`` is the total per parameter; 2 of it are weights and 2 gradients (bf16),
     the rest (K = bytes_per_param − 4) optimizer state, so it must be at least 4.
     """
+    psi = positive("n_params", n_params)
+    n = positive_int("dp_degree", dp_degree)
+    s = zero_stage("stage", stage)
+    return _breakdown(psi, n, s, 2.0, 2.0, _optimizer_bytes(bytes_per_param)).total
+
+
+def _optimizer_bytes(bytes_per_param: object) -> float:
     b = positive("bytes_per_param", bytes_per_param)
     if b < 4:
         raise ValueError(f"bytes_per_param must be >= 4 (2 for bf16 weights + 2 for gradients), got {bytes_per_param!r}")
-    return zero_memory_breakdown(n_params, dp_degree, stage, optimizer_bytes=b - 4).total
+    return b - 4
 
 
+@calculator
 def min_zero3_degree(n_params: float, gpu_bytes: float, reserved_bytes: float = 0) -> int:
     """Smallest ZeRO-3 degree n with 16Ψ/n ≤ gpu_bytes − reserved_bytes (model states only).
 
@@ -91,13 +99,15 @@ def min_zero3_degree(n_params: float, gpu_bytes: float, reserved_bytes: float = 
     res = positive("reserved_bytes", reserved_bytes, allow_zero=True)
     if res >= cap:
         raise ValueError(f"reserved_bytes ({reserved_bytes!r}) must be smaller than gpu_bytes ({gpu_bytes!r})")
-    need = zero_memory_per_gpu(psi, 1, 3)
+    need = _breakdown(psi, 1, 3, 2.0, 2.0, 12.0).total
     n = math.ceil(need / (cap - res) * (1 - 1e-12))   # guard against 16Ψ/cap landing on 3.0000000001
     return max(1, n)
 
 
+@calculator
 def max_params_per_gpu(gpu_bytes: float, dp_degree: int, stage: int, bytes_per_param: float = 16) -> float:
     """Largest Ψ whose model states fit in ``gpu_bytes`` at this stage and degree (inverse of
     :func:`zero_memory_per_gpu`; ZeRO-1/2 never get below the unsharded part)."""
     cap = positive("gpu_bytes", gpu_bytes)
-    return cap / zero_memory_per_gpu(1.0, dp_degree, stage, bytes_per_param)
+    n, s = positive_int("dp_degree", dp_degree), zero_stage("stage", stage)
+    return cap / _breakdown(1.0, n, s, 2.0, 2.0, _optimizer_bytes(bytes_per_param)).total

@@ -31,13 +31,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._validate import choice, positive, positive_int
+from ._validate import MAX_INT, calculator, choice, positive, positive_int
 
 __all__ = ["expert_capacity", "dropped_tokens", "expected_drop_fraction", "Routing", "token_choice",
            "expert_choice", "mask_router", "switch_aux_loss", "MoE"]
 
 
 # ----------------------------------------------------------------------------- calculators
+_MAX_TERMS = 10 ** 7   # expected_drop_fraction's exact sum holds an (E, C) array: bounded
+
+
+@calculator
 def expert_capacity(n_tokens: int, n_experts: int, capacity_factor: float, top_k: int = 1) -> int:
     """Slots per expert: ⌈k · T · CF / E⌉ (Switch eq. 3, times k for top-k routing).
 
@@ -55,17 +59,22 @@ def expert_capacity(n_tokens: int, n_experts: int, capacity_factor: float, top_k
     return int(r) if abs(x - r) <= 1e-9 * max(1.0, x) else math.ceil(x)
 
 
+@calculator
 def dropped_tokens(expert_counts: Iterable[int], capacity: int) -> int:
     """Token-expert assignments that overflow: Σ_e max(0, count_e − capacity)."""
     cap = positive_int("capacity", capacity, minimum=0)
+    if isinstance(expert_counts, (str, bytes)) or not hasattr(expert_counts, "__iter__"):
+        raise ValueError(f"expert_counts must be a sequence of counts, one per expert, got {expert_counts!r}")
     counts = np.asarray(expert_counts.tolist() if hasattr(expert_counts, "tolist") else list(expert_counts))
     if counts.ndim != 1 or counts.size == 0:
         raise ValueError(f"expert_counts must be a non-empty 1-D sequence, got shape {counts.shape}")
-    if not np.issubdtype(counts.dtype, np.number) or np.any(counts < 0) or np.any(counts != np.round(counts)):
+    if (not np.issubdtype(counts.dtype, np.number) or not np.all(np.isfinite(counts)) or np.any(counts < 0)
+            or np.any(counts > MAX_INT) or np.any(counts != np.round(counts))):
         raise ValueError(f"expert_counts must be non-negative integers, got {counts.tolist()!r}")
     return int(np.maximum(counts - cap, 0).sum())
 
 
+@calculator
 def expected_drop_fraction(n_tokens: int, n_experts: int, capacity_factor: float, top_k: int = 1,
                            load: Iterable[float] | None = None) -> float:
     """Expected share of the k·T assignments dropped if tokens route independently.
@@ -78,7 +87,13 @@ def expected_drop_fraction(n_tokens: int, n_experts: int, capacity_factor: float
     from scipy.stats import binom
     cap = expert_capacity(n_tokens, n_experts, capacity_factor, top_k)
     t, e, k = int(n_tokens), int(n_experts), int(top_k)
-    p = np.full(e, 1.0 / e) if load is None else np.asarray(list(load), dtype=float)
+    if cap * e > _MAX_TERMS:
+        raise ValueError(f"n_tokens={n_tokens!r}, capacity_factor={capacity_factor!r}: the exact sum needs "
+                         f"{cap * e:.3g} terms (capacity x n_experts), more than {_MAX_TERMS:,}")
+    try:
+        p = np.full(e, 1.0 / e) if load is None else np.asarray(list(load), dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"load must be {e} non-negative shares summing to 1, got {load!r}") from None
     if p.shape != (e,) or np.any(p < 0) or not math.isclose(p.sum(), 1.0, rel_tol=1e-6):
         raise ValueError(f"load must be {e} non-negative shares summing to 1, got {p.tolist()!r}")
     q = np.clip(k * p, 0.0, 1.0)

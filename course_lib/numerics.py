@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import torch
 
-from ._validate import choice, positive_int
+from ._validate import choice, number, positive_int
 
 __all__ = ["FORMATS", "FormatInfo", "resolve_dtype", "format_info", "ulp", "ulp_theory",
            "ulp_table", "sequential_sum", "stall_point", "running_sum", "pairwise_sum",
@@ -44,9 +44,7 @@ def resolve_dtype(dtype: str | torch.dtype, name: str = "dtype") -> torch.dtype:
 
 
 def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
+    return number(name, value)   # a finite float; bools, strings, NaN, inf and 10**400 refused
 
 
 @dataclass(frozen=True)
@@ -155,6 +153,8 @@ def sequential_sum(value: float, count: int, dtype: str | torch.dtype, *,
     v = _finite("value", value)
     count = positive_int("count", count)
     method = choice("method", method, ("auto", "loop", "jump"))
+    if not math.isfinite(float(torch.tensor(v, dtype=torch.float64).to(dt))):
+        raise ValueError(f"value={value!r} overflows {_NAMES[dt]} (max {format_info(dt).max:g})")
     if v < 0:  # round-to-nearest-even is symmetric: fl(-a - b) = -fl(a + b)
         return -sequential_sum(-v, count, dt, method=method)
     inc = torch.tensor(v, dtype=torch.float64).to(dt)
@@ -202,12 +202,20 @@ def stall_point(increment: float, dtype: str | torch.dtype) -> float:
     The total rises monotonically and ``x ↦ fl(x + increment)`` is monotone, so it stops at the
     smallest ``x`` with ``fl(x + increment) == x``; that is the first power of two whose half-ulp
     reaches the increment. We test every power of two with a real addition in the dtype.
+    An increment that rounds to 0 in ``dtype`` (below half its smallest subnormal) never moves
+    the sum off 0 and is refused like 0 itself; one that rounds to inf is refused too.
     """
     dt = resolve_dtype(dtype)
     inc_v = abs(_finite("increment", increment))
     if inc_v == 0:
         raise ValueError("increment must be non-zero (a sum of zeros never moves)")
     info = format_info(dt)
+    rounded = float(torch.tensor(inc_v, dtype=torch.float64).to(dt))
+    if rounded == 0:
+        raise ValueError(f"increment={increment!r} rounds to 0 in {info.name} (smallest subnormal "
+                         f"{info.smallest_subnormal:g}): the sum never leaves 0")
+    if not math.isfinite(rounded):
+        raise ValueError(f"increment={increment!r} overflows {info.name} (max {info.max:g})")
     cands = [2.0 ** e for e in range(math.ceil(math.log2(info.smallest_normal)),
                                      math.floor(math.log2(info.max)) + 1)] + [info.max, math.inf]
     x = torch.tensor(cands, dtype=torch.float64).to(dt)

@@ -21,64 +21,99 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from ._validate import choice, fraction, positive, positive_int
+from ._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
-from .parallel.pipeline_schedules import SCHEDULES, Op, parse_ops, schedule
+from .parallel.pipeline_schedules import (SCHEDULES, Op, gpipe, interleaved_1f1b, one_f_one_b, parse_ops,
+                                          schedule)
 
 __all__ = ["bubble_fraction", "bubble_overhead", "min_microbatches", "step_time",
-           "peak_in_flight", "ScheduleError", "simulate"]
+           "peak_in_flight", "ScheduleError", "simulate", "MAX_OPS"]
+
+# Functions that build operation lists refuse more than this many operations, so no argument
+# can make them run for hours (a real pipeline has at most a few thousand microbatches).
+MAX_OPS = 10 ** 5
 
 
+def _sizes(p: object, m: object, v: object) -> tuple[int, int, int]:
+    return positive_int("p", p), positive_int("m", m), positive_int("v", v)
+
+
+def _bubble(p: int, m: int, v: int) -> float:
+    return (p - 1) / (v * m + p - 1)
+
+
+@calculator
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
     """Share of a pipeline step's wall time that a rank sits idle: (p−1)/(v·m + p−1).
 
     ``p`` stages (ranks), ``m`` microbatches, ``v`` model chunks per rank (1 = GPipe/1F1B).
     The same for GPipe and 1F1B; they differ in memory, not in bubble.
     """
-    p, m, v = positive_int("p", p), positive_int("m", m), positive_int("v", v)
-    return (p - 1) / (v * m + p - 1)
+    return _bubble(*_sizes(p, m, v))
 
 
+@calculator
 def bubble_overhead(p: int, m: int, v: int = 1) -> float:
     """Idle time relative to the ideal, bubble-free step time: (p−1)/(v·m)."""
-    p, m, v = positive_int("p", p), positive_int("m", m), positive_int("v", v)
+    p, m, v = _sizes(p, m, v)
     return (p - 1) / (v * m)
 
 
+@calculator
 def min_microbatches(p: int, target_fraction: float, v: int = 1) -> int:
     """Smallest number of microbatches ``m`` whose ``bubble_fraction(p, m, v)`` (share of wall
     time) is at most ``target_fraction``: m ≥ (p−1)(1−f)/(f·v), rounded up."""
     p, v = positive_int("p", p), positive_int("v", v)
     f = fraction("target_fraction", target_fraction)
-    m = max(1, math.ceil((p - 1) * (1 - f) / (f * v) - 1e-9))
-    while bubble_fraction(p, m, v) > f:   # guard against floating-point rounding either way
+    estimate = (p - 1) * (1 - f) / (f * v)
+    if not estimate <= MAX_INT:   # also catches inf: the rounding guards below must stay short
+        raise ValueError(f"target_fraction={target_fraction!r} is too small for p={p}, v={v}: it "
+                         f"needs more than 2**53 microbatches")
+    m = max(1, math.ceil(estimate - 1e-9))
+    while _bubble(p, m, v) > f:   # guard against floating-point rounding either way
         m += 1
-    while m > 1 and bubble_fraction(p, m - 1, v) <= f:
+    while m > 1 and _bubble(p, m - 1, v) <= f:
         m -= 1
     return m
 
 
+@calculator
 def step_time(p: int, m: int, t_forward: float, t_backward: float, v: int = 1) -> float:
     """Wall time of one balanced pipeline step with free communication, in the units of
     ``t_forward``/``t_backward`` (per microbatch, per rank): (v·m + p − 1)(t_f + t_b)/v."""
-    p, m, v = positive_int("p", p), positive_int("m", m), positive_int("v", v)
+    p, m, v = _sizes(p, m, v)
     tf = positive("t_forward", t_forward)
     tb = positive("t_backward", t_backward)
     return (v * m + p - 1) * (tf + tb) / v
 
 
+@calculator
 def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
     """Most microbatches whose activations ``stage`` holds at once under schedule ``name``,
     in units of one full stage's activations (a chunk counts 1/v).
 
-    GPipe: ``m``. 1F1B: ``min(p − stage, m)``. Interleaved: read off Megatron's order.
+    GPipe: ``m``. 1F1B: ``min(p − stage, m)``. Interleaved: read off Megatron's order. Only
+    ``stage``'s own order is built; ``m·v`` may be at most ``MAX_OPS``.
     """
     name = choice("name", name, SCHEDULES)
-    positive_int("stage", stage, minimum=0)
-    orders = schedule(name, p, m, v)
-    if stage >= len(orders):
+    p, m, v = _sizes(p, m, v)
+    stage = positive_int("stage", stage, minimum=0)
+    if stage >= p:
         raise ValueError(f"stage must be in [0, p-1] = [0, {p - 1}], got {stage!r}")
-    return _peak(orders[stage], v if name == "interleaved" else 1)
+    _check_ops(m=m, v=v)
+    if name == "interleaved":
+        return _peak(interleaved_1f1b(p, m, stage, v), v)
+    if v != 1:
+        raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
+    return _peak((gpipe if name == "gpipe" else one_f_one_b)(p, m, stage), 1)
+
+
+def _check_ops(**sizes: int) -> None:
+    """Refuse sizes whose product (operations to build) exceeds ``MAX_OPS``, naming them all."""
+    if math.prod(sizes.values()) > MAX_OPS:
+        names = "·".join(sizes)
+        given = ", ".join(f"{k}={x}" for k, x in sizes.items())
+        raise ValueError(f"{names} must be at most {MAX_OPS:,} operations, got {given}")
 
 
 def _peak(ops: Sequence[Op], v: int) -> float:
@@ -150,6 +185,8 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
         name = choice("orders", orders, SCHEDULES)
         if p is None or m is None:
             raise ValueError("p and m are needed when orders is a schedule name")
+        p, m, v = _sizes(p, m, v)
+        _check_ops(p=p, m=m, v=v)
         orders = schedule(name, p, m, v)
     ops = [parse_ops(o) for o in orders]
     n_mb, v = _validate_orders(ops)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import choice, positive
+from ._validate import calculator, choice, positive, positive_int
 
 __all__ = ["LossFit", "FITS", "TOKENS_PER_PARAM", "FIT_NAMES", "get_fit", "compute_optimal",
            "loss", "overtraining_cost", "size_for_tokens", "min_size_fraction", "inference_optimal",
@@ -95,44 +95,73 @@ def get_fit(fit: str | LossFit) -> LossFit:
     return FITS[fit]
 
 
+@calculator
 def compute_optimal(compute: float, fit: str | LossFit = "hoffmann") -> tuple[float, float]:
     """Compute-optimal (n_params, n_tokens) for ``compute`` FLOP under C = 6ND.
 
     ``fit="tokens_per_param"``: D = 20N, so C = 120N², N = √(C/120), D = √(20C/6).
     A loss fit: the closed-form minimum of E + A/N^α + B/D^β on the line C = 6ND.
     """
-    c = positive("compute", compute)
-    if isinstance(fit, str) and fit == "tokens_per_param":
-        n = math.sqrt(c / (6.0 * TOKENS_PER_PARAM))
-        return n, TOKENS_PER_PARAM * n
     if not isinstance(fit, LossFit):
         choice("fit", fit, FIT_NAMES)
-    n, d = get_fit(fit).optimum(c)
+    c = positive("compute", compute)
+    if fit == "tokens_per_param":
+        n = math.sqrt(c / (6.0 * TOKENS_PER_PARAM))
+        return n, TOKENS_PER_PARAM * n
+    with np.errstate(divide="ignore", over="ignore"):   # a subnormal compute: @calculator reports it
+        n, d = get_fit(fit).optimum(c)
     return float(n), float(d)
 
 
+@calculator
 def loss(n_params: float, n_tokens: float, fit: str | LossFit = "hoffmann") -> float:
     """Predicted final training loss (nats/token) of ``n_params`` trained on ``n_tokens``."""
+    lf = get_fit(fit)
     n = positive("n_params", n_params)
     d = positive("n_tokens", n_tokens)
-    return float(get_fit(fit).loss(n, d))
+    return float(lf.loss(n, d))
 
 
+@calculator
 def optimal_loss(compute: float, fit: str | LossFit = "hoffmann") -> float:
     """Predicted loss of the compute-optimal model for ``compute`` FLOP."""
-    n, d = compute_optimal(compute, get_fit(fit))
-    return loss(n, d, fit)
+    lf = get_fit(fit)
+    n, d = compute_optimal(compute, lf)
+    return float(lf.loss(n, d))
 
 
+def _log_optimal_loss(lf: LossFit, log_c: float) -> float:
+    """``optimal_loss`` at compute e^log_c, in log space so no intermediate overflows."""
+    log_n = math.log(lf.G) + lf.a * (log_c - math.log(6.0))
+    log_d = log_c - math.log(6.0) - log_n
+    return lf.E + lf.A * math.exp(-lf.alpha * log_n) + lf.B * math.exp(-lf.beta * log_d)
+
+
+@calculator
 def compute_equivalent(n_params: float, n_tokens: float, fit: str | LossFit = "hoffmann") -> float:
     """The compute (FLOP) a compute-optimal model needs to reach the predicted loss of
     ``n_params`` trained on ``n_tokens``; 6ND divided by it, minus 1, is the over-training price."""
     import scipy.optimize as so
     lf = get_fit(fit)
     target = loss(n_params, n_tokens, lf)
-    c = 6.0 * n_params * n_tokens
-    return float(math.exp(so.brentq(lambda lc: optimal_loss(math.exp(lc), lf) - target,
-                                    math.log(c) - 60, math.log(c) + 1e-9, xtol=1e-12)))
+    log_c = math.log(6.0) + math.log(float(n_params)) + math.log(float(n_tokens))
+
+    def gap(lc: float) -> float:
+        return _log_optimal_loss(lf, lc) - target
+
+    lo = log_c - 60.0
+    for _ in range(40):   # the optimum needs less compute than 6ND; widen downwards until bracketed
+        if gap(lo) > 0:
+            break
+        lo -= 60.0
+    else:
+        raise ValueError(f"n_params={n_params!r}, n_tokens={n_tokens!r}: no compute-optimal model "
+                         f"within e^-2400 of 6ND reaches their loss (inputs too extreme)")
+    c = math.exp(so.brentq(gap, lo, log_c + 1e-9, xtol=1e-12))
+    if c == 0.0:
+        raise ValueError(f"n_params={n_params!r}, n_tokens={n_tokens!r}: the equivalent compute "
+                         f"underflows a float (inputs too small)")
+    return c
 
 
 def min_size_fraction(fit: str | LossFit = "hoffmann") -> float:
@@ -142,6 +171,7 @@ def min_size_fraction(fit: str | LossFit = "hoffmann") -> float:
     return (1.0 + f.alpha / f.beta) ** (-1.0 / f.alpha)
 
 
+@calculator
 def overtraining_cost(size_fraction: float, fit: str | LossFit = "hoffmann") -> tuple[float, float]:
     """Train a model of ``size_fraction``·N* to the same loss as the compute-optimal (N*, D*):
     return (token_multiplier D/D*, extra_compute_fraction 6ND/6N*D* − 1).
@@ -149,8 +179,8 @@ def overtraining_cost(size_fraction: float, fit: str | LossFit = "hoffmann") -> 
     At the optimum αA/N*^α = βB/D*^β, so the answer does not depend on the budget:
     (D/D*)^(−β) = 1 + (β/α)(1 − f^(−α)) with f = size_fraction.
     """
-    f = positive("size_fraction", size_fraction)
     lf = get_fit(fit)
+    f = positive("size_fraction", size_fraction)
     inner = 1.0 + (lf.beta / lf.alpha) * (1.0 - f ** (-lf.alpha))
     if inner <= 0:
         raise ValueError(f"size_fraction={size_fraction!r} is too small: below "
@@ -159,11 +189,12 @@ def overtraining_cost(size_fraction: float, fit: str | LossFit = "hoffmann") -> 
     return k, f * k - 1.0
 
 
+@calculator
 def size_for_tokens(token_multiplier: float, fit: str | LossFit = "hoffmann") -> tuple[float, float]:
     """The inverse question: train on ``token_multiplier``·D* tokens; how small can the model be
     at the same loss? Returns (size_fraction N/N*, extra_compute_fraction)."""
-    k = positive("token_multiplier", token_multiplier)
     lf = get_fit(fit)
+    k = positive("token_multiplier", token_multiplier)
     inner = 1.0 + (lf.alpha / lf.beta) * (1.0 - k ** (-lf.beta))
     if inner <= 0:
         raise ValueError(f"token_multiplier={token_multiplier!r} is too small to reach the target loss")
@@ -171,6 +202,7 @@ def size_for_tokens(token_multiplier: float, fit: str | LossFit = "hoffmann") ->
     return f, f * k - 1.0
 
 
+@calculator
 def inference_optimal(compute: float, inference_tokens: float, fit: str | LossFit = "hoffmann",
                       grid: int = 2001) -> dict:
     """Pick the model size that minimises training + lifetime inference FLOP at a fixed loss.
@@ -184,15 +216,20 @@ def inference_optimal(compute: float, inference_tokens: float, fit: str | LossFi
     c = positive("compute", compute)
     inf = positive("inference_tokens", inference_tokens, allow_zero=True)
     lf = get_fit(fit)
+    grid = positive_int("grid", grid, minimum=2, maximum=10 ** 7)   # the grid is an array: bounded
     n_star, d_star = (float(v) for v in lf.optimum(c))
     lo = math.log(min_size_fraction(lf)) + 1e-6
-    fs = np.exp(np.linspace(lo, 0.0, int(grid)))
+    fs = np.exp(np.linspace(lo, 0.0, grid))
     inner = 1.0 + (lf.beta / lf.alpha) * (1.0 - fs ** (-lf.alpha))
     ks = np.power(np.maximum(inner, 1e-300), -1.0 / lf.beta)
-    train = 6.0 * fs * n_star * ks * d_star
-    total = train + 2.0 * fs * n_star * inf
-    i = int(np.argmin(total))
+    with np.errstate(over="ignore"):   # checked just below, naming the inputs
+        train = 6.0 * fs * n_star * ks * d_star
+        total = train + 2.0 * fs * n_star * inf
     base_total = c + 2.0 * n_star * inf
+    if not (np.all(np.isfinite(total)) and math.isfinite(base_total)):
+        raise ValueError(f"inputs out of range: compute={compute!r}, inference_tokens={inference_tokens!r} "
+                         f"(the lifetime FLOP overflow a float)")
+    i = int(np.argmin(total))
     return {"size_fraction": float(fs[i]), "token_multiplier": float(ks[i]),
             "n_params": float(fs[i] * n_star), "n_tokens": float(ks[i] * d_star),
             "training_flops": float(train[i]), "inference_flops": float(total[i] - train[i]),
