@@ -2,7 +2,9 @@
 
 Every public calculator of the fixed API is a sub-command with the same argument names, e.g.
 ``python -m course_lib training_days --n-params 34e9 --n-tokens 8e12 --n-gpus 1024 --mfu 0.45``.
-``python -m course_lib list`` shows what is available.
+``python -m course_lib list`` shows what is available. Numbers may be written 34e9 or 1024;
+switches take true or false; lists (``--expert-counts``) are JSON, e.g. ``[5, 3, 0]``. A bad value
+is a usage error (exit status 2) that names the flag.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import argparse
 import importlib
 import inspect
 import json
+import re
 import sys
 
 # (module, function) pairs exposed on the command line; modules that don't exist yet are skipped.
@@ -35,14 +38,50 @@ def _available():
         yield name, fn
 
 
-def _convert(text: str):
-    """Parse a command-line value: JSON (numbers, lists, true/false) or a plain string."""
+def _number(text: str) -> int | float:
+    """A number as typed: an integer literal stays an exact int (so 10**400 is seen as too large
+    by the calculator, not rounded), anything else is a float (1e9, 0.45, inf, nan)."""
     try:
-        return json.loads(text)
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _switch(text: str) -> bool:
+    """true or false, nothing else: any other word would be a truthy string in Python."""
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
+def _json_list(text: str) -> list:
+    try:
+        value = json.loads(text)
     except json.JSONDecodeError:
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        return text
+        value = None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"expected a JSON list such as [5, 3, 0], got {text!r}")
+    return value
+
+
+def _converter(param: inspect.Parameter):
+    """The argparse ``type`` for a parameter, from its annotation (or its default's type)."""
+    ann = str(param.annotation).replace("typing.", "")
+    if ann == "bool" or isinstance(param.default, bool):
+        return _switch
+    if ann in ("int", "float") or (isinstance(param.default, (int, float)) and ann == str(inspect.Parameter.empty)):
+        return _number
+    if ann.startswith(("Iterable", "Sequence", "list")):
+        return _json_list
+    return str
+
+
+def _flag(pname: str) -> str:
+    return "--" + pname.replace("_", "-")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,14 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
         p = sub.add_parser(name, help=doc, description=doc)
         for pname, param in inspect.signature(fn).parameters.items():
-            flag = "--" + pname.replace("_", "-")
+            kind = _converter(param)
             if param.default is inspect.Parameter.empty:
-                p.add_argument(flag, dest=pname, required=True, type=_convert)
+                p.add_argument(_flag(pname), dest=pname, required=True, type=kind)
             else:
-                p.add_argument(flag, dest=pname, default=param.default, type=_convert,
-                               help=f"default: {param.default!r}")
-        p.set_defaults(_fn=fn)
+                p.add_argument(_flag(pname), dest=pname, default=param.default, type=kind,
+                               help=f"default: {str(param.default).lower() if kind is _switch else repr(param.default)}")
+        p.set_defaults(_fn=fn, _parser=p)
     return ap
+
+
+def _blame(message: str, names: list[str]) -> str:
+    """A calculator's error message prefixed with the flags it is about: the argument it starts
+    with, else every argument it mentions (an overflow names all the inputs responsible)."""
+    first = re.match(r"(\w+)\b", message)
+    if first and first.group(1) in names:
+        return f"argument {_flag(first.group(1))}: " + message.removeprefix(f"{first.group(1)}: ")
+    named = [n for n in names if re.search(rf"\b{re.escape(n)}\b", message)]
+    if not named:
+        return message
+    return f"argument{'s' if len(named) > 1 else ''} {', '.join(map(_flag, named))}: {message}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,12 +122,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, fn in _available():
             print(f"{name:22s} {(inspect.getdoc(fn) or '').splitlines()[0]}")
         return 0
-    fn = args.pop("_fn")
+    fn, parser = args.pop("_fn"), args.pop("_parser")
     try:
         result = fn(**args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError, ArithmeticError) as exc:   # bad input: a usage error, never a traceback
+        parser.error(_blame(str(exc), list(args)))   # prints usage and "error: ...", exits 2
     if hasattr(result, "__dataclass_fields__"):
         result = {k: getattr(result, k) for k in result.__dataclass_fields__}
         result = {k: (dict(v) if hasattr(v, "items") else v) for k, v in result.items()}
