@@ -74,6 +74,18 @@ def test_gradient_accumulation_with_and_without_no_sync(results):
     assert (quiet["reduce_scatters"], synced["reduce_scatters"]) == (9, 18)
 
 
+def test_a_unit_called_three_times_per_forward(results):
+    """Each call gathers and reduce-scatters on its own (3 calls + the root, 3 steps), and the
+    gradients of the three uses add up as in one process."""
+    r = case(results, "reused_unit")
+    assert r["diff"] < SGD_TOL and r["reduce_scatters"] == 12, r["worst"]
+
+
+def test_no_grad_forward_matches_and_frees_everything(results):
+    r = case(results, "eval_no_grad")
+    assert r["diff"] < ADAM_TOL and r["logits_diff"] < 1e-5 and r["only_shards_held"]
+
+
 def test_state_dicts_round_trip(results):
     r = case(results, "state_dict")
     assert r["keys_ok"] and r["rank0_only_ok"]

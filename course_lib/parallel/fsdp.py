@@ -66,6 +66,8 @@ class FSDP(nn.Module):
       (unsharded, fp32: Ψ more bytes) instead of reduce-scattering it; the first backward outside
       adds it in and reduce-scatters once. Without ``no_sync`` every backward reduce-scatters and
       the shard gradients accumulate in ``.grad``, like any leaf's.
+    * A unit may run several times in one forward (a shared layer): each call gathers, and
+      reduce-scatters in backward, on its own, and the shard gradients add up.
     * ``reshard_root=False`` keeps the root's full parameters from forward to backward, as PyTorch
       FSDP2 does by default. Move the model to its device before wrapping.
     """

@@ -41,6 +41,22 @@ class TinyNet(nn.Module):
         return self.out(self.low(h.to(torch.bfloat16)).float())
 
 
+class Recurrent(nn.Module):
+    """One layer applied three times in a forward: a unit that runs (and is gathered) repeatedly."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.inp, self.core, self.out = nn.Linear(8, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for _ in range(3):
+            h = torch.tanh(self.core(h))
+        return self.out(h)
+
+
 def _gpt_batches(n: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(1)
     return torch.randint(0, SMALL.vocab_size, (n, BATCH, SMALL.seq_len + 1), generator=g)
@@ -154,6 +170,24 @@ def case_mixed_dtypes(ctx) -> dict:
     return {"diff": t["diff"], "worst": t["worst"], "diff_bf16": t["diff_bf16"], "low_bf16": dtypes["low.weight"] == "torch.bfloat16"}
 
 
+def case_reused_unit(ctx) -> dict:
+    t = _train(ctx, Recurrent(), lambda m: [m.core], loss=_tiny_loss, batches=_tiny_batches(STEPS), opt=_sgd)
+    return {"diff": t["diff"], "worst": t["worst"], "reduce_scatters": t["comm"]["reduce_scatter"]["calls"]}
+
+
+def case_eval_no_grad(ctx) -> dict:
+    """After training (root kept gathered between forward and backward), a no-grad forward gives
+    the reference's logits and leaves no full buffer behind."""
+    t = _train(ctx, GPT(SMALL, seed=0), _blocks, reshard_root=False)
+    x = _gpt_batches(1)[0, :, :-1]
+    with torch.no_grad():
+        ours, theirs = t["fsdp"](x), t["ref"](x)
+    mem = t["fsdp"].memory_bytes()
+    shards = sum(p.numel() * p.element_size() for p in t["fsdp"].parameters())
+    return {"diff": t["diff"], "worst": t["worst"], "logits_diff": float((ours - theirs).abs().max()),
+            "only_shards_held": mem["params"] == shards}
+
+
 def _optimizer_case(opt, set_to_none):
     def case(ctx) -> dict:
         t = _train(ctx, GPT(SMALL, seed=0), _blocks, opt=opt, set_to_none=set_to_none)
@@ -222,7 +256,7 @@ CASES = {
     "adamw_set_to_none": _optimizer_case(_adamw, True), "adamw_zeros": _optimizer_case(_adamw, False),
     "sgd_momentum_set_to_none": _optimizer_case(_sgd, True), "sgd_momentum_zeros": _optimizer_case(_sgd, False),
     "no_sync": _accumulation_case(True), "accumulate_synced": _accumulation_case(False),
-    "state_dict": case_state_dict, "mixed_precision": case_mixed_precision,
+    "reused_unit": case_reused_unit, "eval_no_grad": case_eval_no_grad, "state_dict": case_state_dict, "mixed_precision": case_mixed_precision,
 }
 
 
