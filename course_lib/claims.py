@@ -30,6 +30,16 @@ class Claim:
     reference: str
     evidence: tuple[str, ...] = ()
 
+    @property
+    def note(self) -> int:
+        """Which of the two source notes makes the claim (book/notes.md describes both)."""
+        return 2 if self.number in NOTE_2 else 1
+
+
+# Claims made by the second note (the tutorial chapter); the others come from the first (the
+# lecture notes). Claim 1, 6ND, is in both; the first states it.
+NOTE_2 = frozenset({8, 9, 10, 11, 12, 13, 14, 15})
+
 
 @lru_cache(maxsize=1)
 def numbers() -> dict[str, str]:
