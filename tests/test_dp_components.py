@@ -3,8 +3,8 @@
 Two gloo ranks each train small models of awkward shapes — frozen parameters, buffers that differ
 between ranks before wrapping, tied weights, fp32 next to bf16, a container with no parameters
 of its own — with their own optimizer (SGD with momentum, AdamW), their own ``zero_grad`` in
-every mode, ``no_sync`` accumulation, LR schedulers and a state_dict round trip, on their slice of
-each batch, and compare with a single-process copy that saw the whole batch (see
+every mode, ``no_sync`` accumulation, param groups, LR schedulers and a state_dict round trip, on
+their slice of each batch, and compare with a single-process copy that saw the whole batch (see
 ``course_lib.parallel.component_checks``). One launch runs all cases of a component.
 """
 import pytest
@@ -35,6 +35,7 @@ def test_the_cases_cover_what_the_issue_lists():
     assert {(c["stage"], c["set_to_none"]) for c in zero} == {(1, True), (1, False), (2, True), (2, False)}
     assert {c["sched"] for c in zero} == {None, "lambda", "step"}
     assert {c["model"] for c in zero if c.get("resume")} == set(C.MODELS)
+    assert {c["stage"] for c in zero if c.get("groups")} == {1, 2}     # per-group lr, empty groups
 
 
 def test_data_parallel_matches_one_process_in_user_code():

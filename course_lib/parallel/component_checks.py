@@ -111,9 +111,15 @@ def _loss(model, x, y) -> torch.Tensor:
     return ((model(x) - y) ** 2).mean()
 
 
-def _make_optimizer(kind: str, params, zero: dict | None = None):
+def _make_optimizer(kind: str, model: nn.Module, zero: dict | None = None, groups: bool = False):
+    """SGD with momentum or AdamW over ``model`` (ZeRO-sharded when ``zero`` holds its options);
+    ``groups``: two param groups, the first two parameters at the default lr, the rest at half."""
     cls, hp = ((torch.optim.SGD, dict(lr=0.05, momentum=0.9)) if kind == "sgd"
                else (torch.optim.AdamW, dict(lr=1e-2, weight_decay=0.01)))
+    params = model if zero is not None else model.parameters()   # ZeRO: a Module brings its buffers
+    if groups:
+        ps = list(model.parameters())
+        params = [{"params": ps[:2]}, {"params": ps[2:], "lr": hp["lr"] / 2}]
     return cls(params, **hp) if zero is None else ZeroOptimizer(params, cls, **zero, **hp)
 
 
@@ -125,18 +131,19 @@ def _make_scheduler(kind: str | None, opt):
     return None
 
 
-def _disturb(model: nn.Module, rank: int) -> None:
-    """Make frozen parameters and float buffers differ between ranks (wrapping must undo it)."""
+def _disturb(model: nn.Module, rank: int, frozen: bool = True) -> None:
+    """Make float buffers (and frozen parameters) differ between ranks (wrapping must undo it)."""
     with torch.no_grad():
-        for t in itertools.chain((p for p in model.parameters() if not p.requires_grad), model.buffers()):
+        for t in itertools.chain((p for p in model.parameters() if frozen and not p.requires_grad),
+                                 model.buffers()):
             if t.is_floating_point():
                 t.add_(rank)
 
 
-def _reference(name, seed, optim, sched, batches, steps):
+def _reference(name, seed, optim, sched, batches, steps, groups=False):
     """The whole batch on one process: grads of the first step, then weights and buffers."""
     model = build_model(name, seed)
-    opt = _make_optimizer(optim, model.parameters())
+    opt = _make_optimizer(optim, model, groups=groups)
     sch = _make_scheduler(sched, opt)
     grads0 = None
     for x, y in batches[:steps]:
@@ -198,7 +205,9 @@ def _dp_case(ctx, model, zeroing, optim, overlap, comm, microbatches=1, steps=3,
     net = build_model(model, seed)
     _disturb(net, r)
     dp = DataParallel(net, _comm(ctx, comm), bucket_bytes=256 if overlap else None, overlap=overlap)
-    opt = _make_optimizer(optim, dp.parameters())
+    if zeroing != "bypass":
+        _disturb(net, r, frozen=False)     # after wrapping: each forward must broadcast buffers again
+    opt = _make_optimizer(optim, dp)
     fwd = dp.module if zeroing == "bypass" else dp      # bypass: the user calls the inner module
     per = GLOBAL_BATCH // n
     for i, (x, y) in enumerate(batches):
@@ -244,21 +253,23 @@ def zero_cases() -> list[dict]:
                    microbatches=2) for i, m in enumerate(MODELS)]
     cases += [dict(model=m, stage=2 - i % 2, optim="adamw", set_to_none=False, sched=None, comm="ring",
                    resume=True) for i, m in enumerate(MODELS)]
+    cases += [dict(model=m, stage=1 + i % 2, optim=("sgd", "adamw")[i % 2], set_to_none=True, sched="step",
+                   comm="ring", groups=True) for i, m in enumerate(MODELS) if m != "buffers"]
     return cases
 
 
 def _zero_case(ctx, model, stage, optim, set_to_none, sched, comm, microbatches=1, resume=False,
-               steps=3, seed=0) -> list[str]:
+               groups=False, steps=3, seed=0) -> list[str]:
     n, r, errors = ctx.world_size, ctx.rank, []
     tag = (f"zero[{model}, stage {stage}, {optim}, set_to_none={set_to_none}, {sched}, {comm}, "
-           f"mb={microbatches}, resume={resume}]")
+           f"mb={microbatches}, resume={resume}, groups={groups}]")
     steps += resume
     batches = _batches(model, steps, seed)
-    grads0, ref = _reference(model, seed, optim, sched, batches, steps)
+    grads0, ref = _reference(model, seed, optim, sched, batches, steps, groups)
     net = build_model(model, seed)
     _disturb(net, r)
     zero = dict(comm=_comm(ctx, comm), stage=stage, bucket_bytes=256)
-    opt = _make_optimizer(optim, net, zero)       # a Module: its buffers are broadcast too
+    opt = _make_optimizer(optim, net, zero, groups)
     sch = _make_scheduler(sched, opt)
     per = GLOBAL_BATCH // n
     for i, (x, y) in enumerate(batches):
@@ -266,7 +277,7 @@ def _zero_case(ctx, model, stage, optim, set_to_none, sched, comm, microbatches=
             saved, model_state = opt.state_dict(), net.state_dict()
             net = build_model(model, seed)
             net.load_state_dict(model_state)
-            opt = _make_optimizer(optim, net.parameters(), zero)
+            opt = _make_optimizer(optim, net, zero, groups)
             bad = {**saved, "zero": {**saved["zero"], "rank": 1 - r}}
             try:
                 opt.load_state_dict(bad)
