@@ -17,6 +17,7 @@ MEM_PSI, MEM_N = 7e9, 64
 # ZeRO-3 degree: a 70B model on 80 GB H100s keeping 20 GB for activations and buffers
 Z3_PSI, Z3_RESERVED = 70e9, 20e9
 # all-reduce of 7B bf16 gradients: 8 GPUs on NVLink, 64 GPUs over InfiniBand NDR
+IB_ONE_NIC = 50e9   # bytes/s: one 400 Gb/s NDR NIC per GPU, as the prompts state (not comm's 8-NIC ring)
 AR_BYTES = 7e9 * 2
 # batch floor: 16M-token critical batch, 8192-token sequences; TP = 8, PP = 4 on top
 CRIT_TOKENS, SEQ, TP, PP = 16e6, 8192, 8, 4
@@ -146,7 +147,7 @@ QUESTIONS = [
         "allreduce_ib_s", points=1,
         prompt="The same 14 GB all-reduce over 64 GPUs in 8 nodes, where the ring crosses InfiniBand "
                "NDR (400 Gb/s = 50 GB/s per direction per GPU): seconds?",
-        expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 64, comm.IB_NDR_BANDWIDTH), rtol=0.02,
+        expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 64, IB_ONE_NIC), rtol=0.02,
         mistakes=[Mistake.ratio(1 / 8, "Eight times too short: 400 Gb/s is 50 GB/s (bits, not bytes)."),
                   Mistake.ratio(0.5, "Half: an all-reduce sends 2(n−1)/n of the buffer.")],
         hint="The slowest link of the ring sets the pace: 50 GB/s.",
@@ -188,7 +189,7 @@ QUESTIONS = [
         prompt=f"FSDP over InfiniBand (50 GB/s per GPU), H100 at {XO_MFU:g} of peak while computing, "
                f"a fixed global batch of {XO_TOKENS / 1e6:g}M tokens, bf16. Beyond how many GPUs does "
                f"communication take longer than compute (perfect overlap)? A float.",
-        expected=lambda: comm.crossover_gpus(XO_TOKENS, compute_mfu=XO_MFU), rtol=0.01,
+        expected=lambda: comm.crossover_gpus(XO_TOKENS, compute_mfu=XO_MFU, bandwidth=IB_ONE_NIC), rtol=0.01,
         mistakes=[Mistake.ratio(1.5, "That is plain DP's crossover (2Ψ per step); FSDP sends 3Ψ."),
                   Mistake.ratio(2, "A factor 2 too many: bf16 values are 2 bytes.")],
         hint="Solve 6·Ψ·B/(n·peak·u) = 3(n−1)/n·Ψ·2/bw for n: Ψ cancels.",
