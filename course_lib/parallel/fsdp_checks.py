@@ -92,13 +92,13 @@ def _diff(a: dict, b: dict, dtype: torch.dtype | None = None) -> tuple[float, st
 
 
 def _train(ctx, model, units, *, loss=_gpt_loss, batches=None, opt=_adamw, set_to_none=True,
-           micro=1, use_no_sync=True, **fsdp_kw) -> dict:
+           micro=1, use_no_sync=True, algorithm="ring", **fsdp_kw) -> dict:
     """Train an FSDP copy (this rank's half of each batch) and a single-process copy (the whole
     batch) side by side; return both, the comm, and the largest difference of the full states."""
     n, r = ctx.world_size, ctx.rank
     batches = _gpt_batches(STEPS) if batches is None else batches
     ref = copy.deepcopy(model)
-    comm = CountingComm(ctx.group)
+    comm = CountingComm(ctx.group, algorithm=algorithm)
     fsdp = FSDP(model, comm, units=units(model), **fsdp_kw)
     o, o_ref = opt(fsdp.parameters()), opt(ref.parameters())
     per = BATCH // n
@@ -188,9 +188,9 @@ def case_eval_no_grad(ctx) -> dict:
             "only_shards_held": mem["params"] == shards}
 
 
-def _optimizer_case(opt, set_to_none):
+def _optimizer_case(opt, set_to_none, algorithm="ring"):
     def case(ctx) -> dict:
-        t = _train(ctx, GPT(SMALL, seed=0), _blocks, opt=opt, set_to_none=set_to_none)
+        t = _train(ctx, GPT(SMALL, seed=0), _blocks, opt=opt, set_to_none=set_to_none, algorithm=algorithm)
         return {"diff": t["diff"], "worst": t["worst"]}
     return case
 
@@ -255,7 +255,7 @@ CASES = {
     "empty_root": case_empty_root, "mixed_dtypes": case_mixed_dtypes,
     "adamw_set_to_none": _optimizer_case(_adamw, True), "adamw_zeros": _optimizer_case(_adamw, False),
     "sgd_momentum_set_to_none": _optimizer_case(_sgd, True), "sgd_momentum_zeros": _optimizer_case(_sgd, False),
-    "no_sync": _accumulation_case(True), "accumulate_synced": _accumulation_case(False),
+    "gloo_collectives": _optimizer_case(_sgd, True, "native"), "no_sync": _accumulation_case(True), "accumulate_synced": _accumulation_case(False),
     "reused_unit": case_reused_unit, "eval_no_grad": case_eval_no_grad, "state_dict": case_state_dict, "mixed_precision": case_mixed_precision,
 }
 
