@@ -59,8 +59,12 @@ LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(VENV_OK)
 	.venv/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
+# make itself exits 2 whenever a recipe fails; the line below names the grader's own status
+# (1: a notebook below the pass mark, 2: usage error). CI should call the grader directly.
 grade: $(VENV_OK)
-	$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK)
+	@$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK); rc=$$?; \
+	  [ $$rc -eq 0 ] || echo "grader exit status $$rc ($$( [ $$rc -eq 1 ] && echo 'a notebook is below the pass mark' || echo 'usage error'))"; \
+	  exit $$rc
 
 gpu-check: $(VENV_OK)
 	@test "$(NGPU)" -gt 0 || (echo "no CUDA device found (nvidia-smi -L lists none)"; exit 1)

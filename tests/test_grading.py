@@ -1,6 +1,7 @@
-"""The course's grader: value checks, mistakes, the in-notebook API, the exercise generator and the
-headless runner (on small fixture notebooks in tests/fixtures/grading, whose question bank
-``grading_fixture_bank`` is importable through sys.path here and PYTHONPATH in subprocesses)."""
+"""The course's grader: value checks, mistakes, the in-notebook API, the exercise generator, the
+answer wire format and the headless, sandboxed runner (on small fixture notebooks in
+tests/fixtures/grading, whose question bank ``grading_fixture_bank`` is importable through sys.path
+here and PYTHONPATH in the grader's process). Attacks on the runner: tests/test_grading_attacks.py."""
 from __future__ import annotations
 
 import json
@@ -15,11 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from course_lib.grading import Checker, MarkerError, Mistake, Question, generate, render
+from course_lib.grading import Checker, MarkerError, Mistake, Question, generate, remote, render, wire
 from course_lib.grading.__main__ import main as cli
 from course_lib.grading._notebook import normalise_executed
+from course_lib.grading.copies import copied_blocks
 from course_lib.grading.generate import exercise_notebook, strip_code
-from course_lib.grading.runner import execute, grade_dir
+from course_lib.grading.reports import Row, grades_json
+from course_lib.grading.runner import Options, chapter_for, grade_dir
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the grader needs bubblewrap")
 
 FIX = Path(__file__).parent / "fixtures" / "grading"
 MASTER = FIX / "solutions" / "fx_grading.ipynb"
@@ -30,7 +35,7 @@ STUB = 'raise NotImplementedError("replace this line with your solution")'
 @pytest.fixture
 def check(monkeypatch):
     monkeypatch.syspath_prepend(str(FIX))
-    monkeypatch.delenv("COURSE_GRADE_LOG", raising=False)
+    monkeypatch.delenv(remote.MODE_ENV, raising=False)
     return Checker("fx_grading", bank="grading_fixture_bank")
 
 
@@ -195,15 +200,102 @@ def test_check_returns_a_verdict_a_notebook_does_not_echo(check, capsys):
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
-def test_grade_log_records_every_check(check, monkeypatch, tmp_path, capsys):
-    log = tmp_path / "log.jsonl"
-    monkeypatch.setenv("COURSE_GRADE_LOG", str(log))
-    check("flops", 4e19)
-    check("flops", 1.2e20)
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [(r["qid"], r["points"], r["score"]) for r in rows] == [("flops", 2, 0), ("flops", 2, 2)]
-    assert rows[0]["message"].startswith("A third") and rows[1]["chapter"] == "fx_grading"
-    assert set(rows[0]) >= {"qid", "points", "score", "message"}
+def test_graded_run_records_answers_and_grades_nothing(monkeypatch, tmp_path, capsys):
+    answers = tmp_path / "answers.jsonl"
+    monkeypatch.setenv(remote.MODE_ENV, "graded")
+    monkeypatch.setenv(remote.ANSWERS_ENV, str(answers))
+    monkeypatch.setattr(remote, "_recorder", None)
+    check = Checker("ch42_no_such_bank")                   # no bank is loaded in a graded run
+    assert not check("flops", np.float64(4e19))
+    def scale(x):
+        return 2 * x
+
+    check("scale", scale)
+    check.reveal("flops")
+    check.hint("dtype")
+    out = capsys.readouterr().out
+    assert "flops: answer recorded" in out and "no reference answer in a graded run" in out
+    rows = [wire.loads(line) for line in answers.read_text().splitlines()]
+    assert rows[0] == {"event": "answer", "chapter": "ch42_no_such_bank", "qid": "flops", "answer": 4e19}
+    assert rows[1]["answer"]["name"] == "scale" and "return 2 * x" in rows[1]["answer"]["source"]
+    assert [r["event"] for r in rows[2:]] == ["revealed", "hint"]
+    assert remote.recorder().functions[rows[1]["answer"]["$fn"]](4) == 8
+
+
+def test_graded_feedback_names_the_kind_not_the_ratio():
+    q = q_num(rtol=0.02)
+    msg = {a: q.grade(a, feedback="graded").message for a in (200.0, 3.7, 1e5, -100.0, 105.0, 123.0)}
+    assert msg[200.0] == "Your answer is off by a factor of 2."
+    assert msg[1e5] == "Your answer is off by a power of ten: check units and prefixes (k, M, G, T)."
+    assert msg[-100.0] == "Your answer has the wrong sign."
+    assert msg[105.0] == "Your answer is close (within 10%) but outside the tolerance ±2%."
+    assert msg[3.7] == msg[123.0] == "Your answer is not within the tolerance ±2% of the expected value."
+    assert not any("×" in m or "123" in m or "100" in m for m in msg.values())
+    half = q_num(mistakes=[Mistake.ratio(0.5, "Half: the sparse peak.")])
+    assert half.grade(50.0, feedback="graded").message == "Half: the sparse peak."   # a kind, kept
+    with pytest.raises(ValueError, match="feedback"):
+        q.grade(1.0, feedback="loud")
+
+
+def test_wire_is_strict_data():
+    torch = pytest.importorskip("torch")
+    value = {"a": (1, 2.5, float("nan"), float("-inf")), 3: [True, None, "s"], "t": torch.tensor([[1.0, 2.0]]),
+             "n": np.arange(3), "set": {"A", "B"}, "f16": torch.tensor(0.5, dtype=torch.float16)}
+    back = wire.decode(wire.loads(wire.dumps(wire.encode(value))))
+    assert back["a"][:2] == (1, 2.5) and np.isnan(back["a"][2]) and back["a"][3] == float("-inf")
+    assert back[3] == [True, None, "s"] and back["set"] == {"A", "B"}
+    assert torch.equal(back["t"], value["t"]) and back["f16"].dtype == torch.float16
+    assert isinstance(back["n"], np.ndarray) and back["n"].tolist() == [0, 1, 2]
+    assert wire.decode(wire.encode(object())).type_name == "object"
+    for bad in ('{"x": NaN}', '[Infinity]', "1e999", '{"$tensor": {"kind": "torch", "dtype": "float32", '
+                '"shape": [3], "data": [1]}}', '{"$eval": "1"}', "[" * 5000 + "]" * 5000):
+        with pytest.raises(wire.WireError):
+            wire.decode(wire.loads(bad))
+
+
+def test_rows_and_reports_are_sanitised():
+    rows = [Row("a", 2, float("nan"), ""), Row("b", 2, float("inf"), ""), Row("c", 2, 5, ""), Row("d", 2, -1, "")]
+    assert [r.score for r in rows] == [0.0, 0.0, 2.0, 0.0]
+    from course_lib.grading.reports import NotebookGrade
+
+    text = grades_json([NotebookGrade("x.ipynb", "fx", rows)], 60, seed=3)
+    data = json.loads(text, parse_constant=lambda name: pytest.fail(name))
+    assert data["seed"] == 3 and data["notebooks"][0]["score"] == 2
+
+
+def test_assignment_from_the_file_name():
+    chapters = ["ch01_flops", "ch02_scaling", "ch10_pipeline_rl"]
+    assert chapter_for("01_flops.ipynb", chapters) == "ch01_flops"
+    assert chapter_for("alice-ch02_scaling-v2.ipynb", chapters) == "ch02_scaling"
+    assert chapter_for("10_pipeline_rl.ipynb", chapters) == "ch10_pipeline_rl"
+    assert chapter_for("notes.ipynb", chapters) is None
+    assert chapter_for("01_flops-02_scaling.ipynb", chapters) is None   # ambiguous
+    assert chapter_for("101_flops.ipynb", chapters) is None
+
+
+def test_handout_has_no_masters_and_links_the_exercises(tmp_path):
+    root = Path(__file__).parents[1]
+    assert cli(["handout", str(tmp_path / "ho"), "--repo", str(root)]) == 0
+    ho = tmp_path / "ho"
+    assert not (ho / "solutions").exists() and not (ho / "tests").exists()
+    assert (ho / "exercises" / "01_flops.ipynb").read_bytes() == (root / "exercises" / "01_flops.ipynb").read_bytes()
+    toc = (ho / "book" / "_toc.yml").read_text()
+    assert "solutions" not in toc and "file: exercises/01_flops" in toc
+    assert "../solutions/" not in (ho / "book" / "01_flops.md").read_text()
+    assert cli(["handout", str(ho), "--repo", str(root)]) == 2         # never over an existing folder
+
+
+def test_copied_solution_blocks_are_found():
+    master = json.loads((Path(__file__).parents[1] / "solutions" / "01_flops.ipynb").read_text())
+    exercise = json.loads((Path(__file__).parents[1] / "exercises" / "01_flops.ipynb").read_text())
+    found, total = copied_blocks(master, master)
+    assert total >= 5 and found == total
+    assert copied_blocks(exercise, master) == (0, total)
+    reformatted = json.loads(json.dumps(master))
+    for cell in reformatted["cells"]:
+        if cell["cell_type"] == "code":
+            cell["source"] = ["# my work\n"] + [line.replace(" = ", "=").replace(", ", ",") for line in cell["source"]]
+    assert copied_blocks(reformatted, master) == (total, total)
 
 
 # --------------------------------------------------------------------------- generator
@@ -291,9 +383,9 @@ def test_nbtools_run_executes_in_place_and_normalises(tmp_path):
 # --------------------------------------------------------------------------- runner (headless)
 def _grade(dirpath: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(FIX))
-    env.pop("COURSE_GRADE_LOG", None)
     return subprocess.run([sys.executable, "-m", "course_lib.grading", "grade", str(dirpath), "--out", str(out),
-                           *extra], env=env, capture_output=True, text=True, timeout=300)
+                           "--chapter", "fx_grading", "--bank", "grading_fixture_bank", "--seed", "7", *extra],
+                          env=env, capture_output=True, text=True, timeout=300)
 
 
 def _rows(out: Path) -> dict[tuple[str, str], dict]:
@@ -304,6 +396,8 @@ def _rows(out: Path) -> dict[tuple[str, str], dict]:
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """One grading run over the exercise and the wrong, crashing and looping submissions."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("the grader needs bubblewrap")
     sub = tmp_path_factory.mktemp("submissions")
     shutil.copy(EXERCISE, sub / "exercise.ipynb")
     for p in sorted((FIX / "submissions").glob("*.ipynb")):
@@ -312,6 +406,7 @@ def graded(tmp_path_factory):
     return _grade(sub, out, "--timeout-cell", "5"), out
 
 
+@needs_bwrap
 def test_runner_gives_the_master_full_marks(tmp_path):
     sub = tmp_path / "sub"
     sub.mkdir()
@@ -341,15 +436,16 @@ def test_runner_explains_wrong_answers(graded):
 def test_runner_crash_costs_only_later_questions(graded):
     rows = _rows(graded[1])
     assert rows["crash.ipynb", "flops"]["score"] == 2 and rows["crash.ipynb", "dtype"]["score"] == 1
-    assert rows["crash.ipynb", "shape"]["message"].startswith("error: TypeError: unsupported operand")
+    assert rows["crash.ipynb", "shape"]["message"].startswith(
+        "not attempted (its cell raised TypeError: unsupported operand")
     assert rows["crash.ipynb", "scale"]["score"] == 0
-    assert "kernel died" in rows["crash.ipynb", "scale"]["message"]
+    assert rows["crash.ipynb", "scale"]["message"].startswith("not attempted (the kernel died")
 
 
 def test_runner_survives_an_infinite_loop(graded):
     rows = _rows(graded[1])
     assert rows["loop.ipynb", "dtype"]["score"] == 0
-    assert rows["loop.ipynb", "dtype"]["message"].startswith("timed out")
+    assert rows["loop.ipynb", "dtype"]["message"].startswith("not attempted (a cell at or before it ran past")
     assert rows["loop.ipynb", "flops"]["score"] == 2 and rows["loop.ipynb", "scale"]["score"] == 3
 
 
@@ -367,44 +463,49 @@ def test_runner_reports(graded):
     assert "4 notebook(s) graded, 3 below the pass mark of 60%." in proc.stdout
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-def test_runner_notebook_without_checker(tmp_path):
-    (tmp_path / "a.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    (tmp_path / "b.ipynb").write_text("not json")
-    assert grade_dir(tmp_path, tmp_path / "out") == 1
+@needs_bwrap
+def test_runner_unknown_assignment_and_unreadable_notebook(tmp_path, capsys):
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "homework.ipynb").write_text(json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (sub / "01_flops.ipynb").write_text("not json")
+    assert grade_dir(sub, tmp_path / "out", opts=Options(seed=1)) == 1
     rows = _rows(tmp_path / "out")
-    assert rows["a.ipynb", "(notebook)"]["message"] == 'error: no Checker("...") call found in the notebook'
-    assert rows["b.ipynb", "(notebook)"]["message"].startswith("error: not a readable notebook")
+    assert rows["homework.ipynb", "(notebook)"]["message"].startswith("error: cannot tell the assignment")
+    assert rows["01_flops.ipynb", "(notebook)"]["message"].startswith("error: not a readable notebook")
     assert grade_dir(tmp_path / "out" / "nothing-here", tmp_path / "out2") == 2
+    assert grade_dir(sub, tmp_path / "out3", opts=Options(chapter="ch42_nothing")) == 2
+    assert grade_dir(sub, sub / "grades", opts=Options(seed=1)) == 2  # --out inside the submissions
+    err = capsys.readouterr().err
+    assert "unknown chapter 'ch42_nothing'" in err and "--out must not be inside" in err
 
 
-def test_notebook_timeout_kills_kernel_and_children(tmp_path):
+@needs_bwrap
+def test_time_limit_kills_every_process_and_keeps_what_ran(tmp_path, monkeypatch):
+    marker = f"course-grade-test-{os.getpid()}-{time.monotonic_ns()}"
     nb = json.loads(EXERCISE.read_text())
-    nb["cells"] = [{"cell_type": "code", "id": "s", "metadata": {}, "outputs": [], "execution_count": None,
-                    "source": "import subprocess, time\nsubprocess.Popen(['sleep', '600'])\ntime.sleep(600)"}]
-    path = tmp_path / "slow.ipynb"
-    path.write_text(json.dumps(nb))
-    progress = tmp_path / "progress.jsonl"
-    finished = execute(path, tmp_path / "log.jsonl", progress, tmp_path / "out" / "slow.ipynb",
-                       timeout_cell=600, timeout_notebook=4)
-    assert finished is False
-    rows = [json.loads(line) for line in progress.read_text().splitlines()]
-    pids = [r["pid"] for r in rows if r["event"] == "kernel"]
-    assert len(pids) == 1 and {"event": "start", "cell": 0} in rows
-    deadline = time.monotonic() + 5
-    while _live_members(pids[0]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _live_members(pids[0]) == []  # the kernel's whole process group (incl. `sleep`) is gone
+    nb["cells"] = nb["cells"][:2] + [
+        {"cell_type": "code", "id": "a", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": "check('flops', 6 * 1e9 * 2e10)\nprint('before the loop')"},
+        {"cell_type": "code", "id": "s", "metadata": {}, "outputs": [], "execution_count": None,
+         "source": f"import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 600; echo {marker}'], "
+                   "start_new_session=True)\ntime.sleep(600)"}]
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    (sub / "slow.ipynb").write_text(json.dumps(nb))
+    opts = Options(timeout_cell=600, timeout_notebook=4, seed=1, chapter="fx_grading", bank="grading_fixture_bank")
+    monkeypatch.syspath_prepend(str(FIX))
+    assert grade_dir(sub, tmp_path / "out", opts=opts) == 1
+    rows = _rows(tmp_path / "out")
+    assert rows["slow.ipynb", "flops"]["score"] == 2            # the answer given before the limit
+    assert rows["slow.ipynb", "dtype"]["message"] == "not attempted (the notebook ran past its 4 s limit before it)"
+    executed = (tmp_path / "out" / "executed" / "slow.ipynb").read_text()
+    assert "before the loop" in executed
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _has(p, marker)]
 
 
-def _live_members(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` that are not zombies (Linux /proc)."""
-    live = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            live.append(int(stat.parent.name))
-    return live
+def _has(cmdline: Path, marker: str) -> bool:
+    try:
+        return marker.encode() in cmdline.read_bytes()
+    except OSError:
+        return False

@@ -1,6 +1,7 @@
 """Command line of the grader.
 
     python -m course_lib.grading generate SRC DST [--check]
+    python -m course_lib.grading handout DEST [--repo .]
     python -m course_lib.grading grade DIR --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
         [--timeout-notebook 300] [--chapter ID [--bank MODULE]] [--feedback graded|practice]
         [--seed N] [--solutions DIR]
@@ -10,6 +11,7 @@ Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,7 +38,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=None, help="seed of the inputs drawn for function questions (default: random, stored in grades.json)")
     r.add_argument("--solutions", type=Path, default=None,
                    help="folder of master notebooks: flag submissions whose solution cells copy them")
+    h = sub.add_parser("handout", help="the students' copy of the course: without solutions/ and tests/")
+    h.add_argument("dest", type=Path, help="new folder to write")
+    h.add_argument("--repo", type=Path, default=Path("."), help="course repository (default .)")
     a = p.parse_args(argv)
+
+    if a.command == "handout":
+        from course_lib.grading.handout import handout
+
+        try:
+            files = handout(a.repo, a.dest)
+        except (FileExistsError, OSError, subprocess.CalledProcessError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote {len(files)} files to {a.dest} (no solutions/, no tests/)")
+        return 0
 
     if a.command == "generate":
         from course_lib.grading.generate import MarkerError, generate
