@@ -61,10 +61,10 @@ def test_bf16_and_fp32_parameters_in_one_unit(results):
 
 @pytest.mark.parametrize("name, tol", [("adamw_set_to_none", ADAM_TOL), ("adamw_zeros", ADAM_TOL),
                                        ("sgd_momentum_set_to_none", SGD_TOL), ("sgd_momentum_zeros", SGD_TOL),
-                                       ("gloo_collectives", SGD_TOL)])
+                                       ("gloo_collectives", SGD_TOL), ("process_group", SGD_TOL)])
 def test_user_optimizer_and_either_zero_grad_mode(results, name, tol):
     """AdamW and SGD with momentum on fsdp.parameters(), zero_grad(set_to_none=True/False); the
-    last case runs gloo's own collectives (CountingComm native) instead of the counting ring."""
+    last two run gloo's own collectives (CountingComm native; a plain ProcessGroup as comm)."""
     r = case(results, name)
     assert r["diff"] < tol, r["worst"]
 

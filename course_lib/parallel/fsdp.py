@@ -27,7 +27,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from .counting import CountingComm, optimizer_state_bytes, storage_bytes
+from .counting import CountingComm, as_comm, optimizer_state_bytes, storage_bytes
+from .dp import broadcast_from_rank0
 from .fsdp_units import Group, MixedPrecision, Shared, Unit
 
 __all__ = ["FSDP", "MixedPrecision"]
@@ -45,7 +46,9 @@ def _owners(model: nn.Module) -> dict[int, tuple[nn.Parameter, list[tuple[nn.Mod
 
 class FSDP(nn.Module):
     """Shard ``module``'s parameters over ``comm``'s ranks: one unit per module in ``units``, plus
-    the root (``module`` itself) for every parameter no unit claims.
+    the root (``module`` itself) for every parameter no unit claims. ``comm``: a
+    :class:`CountingComm` (the course's ring, bytes counted) or a plain ProcessGroup (torch's own
+    collectives); None: the world group.
 
     Usage, as with PyTorch's FSDP::
 
@@ -72,8 +75,9 @@ class FSDP(nn.Module):
       FSDP2 does by default. Move the model to its device before wrapping.
     """
 
-    def __init__(self, module: nn.Module, comm: CountingComm, *, units=(), reshard_root: bool = True,
-                 mixed_precision: MixedPrecision | None = None, sync_module_states: bool = False) -> None:
+    def __init__(self, module: nn.Module, comm: CountingComm | None = None, *, units=(),
+                 reshard_root: bool = True, mixed_precision: MixedPrecision | None = None,
+                 sync_module_states: bool = False) -> None:
         super().__init__()
         if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
             raise ValueError(f"mixed_precision must be a MixedPrecision or None; got {mixed_precision!r}")
@@ -87,11 +91,10 @@ class FSDP(nn.Module):
             raise ValueError("units must be distinct submodules of the model, without the model itself")
         if any(id(u) not in members[-1] for u in order):
             raise ValueError("units must all be submodules of the model")
-        self.module, self.comm = module, comm
-        self._shared = Shared(comm, mixed_precision or MixedPrecision())
-        with torch.no_grad():
-            for t in list(module.buffers()) + (list(module.parameters()) if sync_module_states else []):
-                _broadcast(comm, t)
+        self.module, self.comm = module, as_comm(comm)
+        self._shared = Shared(self.comm, mixed_precision or MixedPrecision())
+        broadcast_from_rank0(self.comm, list(module.buffers()) + (list(module.parameters())
+                                                                  if sync_module_states else []))
         claims: list[list] = [[] for _ in order]
         for p, owners in _owners(module).values():
             fits = [k for k, mem in enumerate(members) if all(id(m) in mem for m, _ in owners)]
@@ -193,13 +196,3 @@ class FSDP(nn.Module):
                 "grads": storage_bytes(s.grad for s in shards),
                 "optimizer": optimizer_state_bytes(optimizer) if optimizer is not None else 0,
                 "peak_full": max(u.peak_bytes for u in self.units)}
-
-
-def _broadcast(comm: CountingComm, t: torch.Tensor) -> None:
-    """Copy ``t`` from rank 0 to every rank, in place (any layout)."""
-    if t.is_contiguous():
-        comm.broadcast(t.detach(), 0)
-        return
-    buf = t.detach().contiguous()
-    comm.broadcast(buf, 0)
-    t.copy_(buf)

@@ -94,12 +94,14 @@ def _diff(a: dict, b: dict, dtype: torch.dtype | None = None) -> tuple[float, st
 def _train(ctx, model, units, *, loss=_gpt_loss, batches=None, opt=_adamw, set_to_none=True,
            micro=1, use_no_sync=True, algorithm="ring", **fsdp_kw) -> dict:
     """Train an FSDP copy (this rank's half of each batch) and a single-process copy (the whole
-    batch) side by side; return both, the comm, and the largest difference of the full states."""
+    batch) side by side; return both, the comm's counts, and the largest difference of the full
+    states. ``algorithm``: CountingComm's ("ring", "native"), or "group" for the plain group."""
     n, r = ctx.world_size, ctx.rank
     batches = _gpt_batches(STEPS) if batches is None else batches
     ref = copy.deepcopy(model)
-    comm = CountingComm(ctx.group, algorithm=algorithm)
+    comm = ctx.group if algorithm == "group" else CountingComm(ctx.group, algorithm=algorithm)
     fsdp = FSDP(model, comm, units=units(model), **fsdp_kw)
+    comm = fsdp.comm
     o, o_ref = opt(fsdp.parameters()), opt(ref.parameters())
     per = BATCH // n
     for b in batches:
@@ -165,9 +167,11 @@ def case_empty_root(ctx) -> dict:
 
 
 def case_mixed_dtypes(ctx) -> dict:
-    t = _train(ctx, TinyNet(), lambda m: [m.low], loss=_tiny_loss, batches=_tiny_batches(STEPS), opt=_sgd)
+    t = _train(ctx, TinyNet(), lambda m: [m.low], loss=_tiny_loss, batches=_tiny_batches(STEPS),
+               opt=_sgd)
     dtypes = {k: str(p.dtype) for k, p in t["fsdp"].named_parameters()}
-    return {"diff": t["diff"], "worst": t["worst"], "diff_bf16": t["diff_bf16"], "low_bf16": dtypes["low.weight"] == "torch.bfloat16"}
+    return {"diff": t["diff"], "worst": t["worst"], "diff_bf16": t["diff_bf16"],
+            "low_bf16": dtypes["low.weight"] == "torch.bfloat16"}
 
 
 def case_reused_unit(ctx) -> dict:
@@ -254,9 +258,13 @@ CASES = {
     "frozen": case_frozen, "buffer": case_buffer, "tied_split": case_tied_split,
     "empty_root": case_empty_root, "mixed_dtypes": case_mixed_dtypes,
     "adamw_set_to_none": _optimizer_case(_adamw, True), "adamw_zeros": _optimizer_case(_adamw, False),
-    "sgd_momentum_set_to_none": _optimizer_case(_sgd, True), "sgd_momentum_zeros": _optimizer_case(_sgd, False),
-    "gloo_collectives": _optimizer_case(_sgd, True, "native"), "no_sync": _accumulation_case(True), "accumulate_synced": _accumulation_case(False),
-    "reused_unit": case_reused_unit, "eval_no_grad": case_eval_no_grad, "state_dict": case_state_dict, "mixed_precision": case_mixed_precision,
+    "sgd_momentum_set_to_none": _optimizer_case(_sgd, True),
+    "sgd_momentum_zeros": _optimizer_case(_sgd, False),
+    "gloo_collectives": _optimizer_case(_sgd, True, "native"),
+    "process_group": _optimizer_case(_sgd, False, "group"),
+    "no_sync": _accumulation_case(True), "accumulate_synced": _accumulation_case(False),
+    "reused_unit": case_reused_unit, "eval_no_grad": case_eval_no_grad,
+    "state_dict": case_state_dict, "mixed_precision": case_mixed_precision,
 }
 
 

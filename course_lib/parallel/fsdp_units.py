@@ -22,6 +22,7 @@ import torch.nn as nn
 from torch.utils._pytree import tree_leaves, tree_map
 
 from .counting import CountingComm
+from .dp import queue_end_of_backward
 
 __all__ = ["MixedPrecision"]
 
@@ -244,7 +245,7 @@ class Unit:
                 g.gather(f)
         if not self.shared.queued:
             self.shared.queued = True
-            torch.autograd.Variable._execution_engine.queue_callback(self.shared.finish_backward)
+            queue_end_of_backward(self.shared.finish_backward)
         return grad
 
     def free_last(self) -> None:
