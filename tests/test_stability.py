@@ -202,6 +202,19 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def test_atomic_stale_temp_files_any_writer(tmp_path):
+    """course_lib.atomic's rule on its own, for any writer that names its temp file by PID."""
+    from course_lib import atomic
+    assert atomic.temp_path(tmp_path / "x.bin", 42).name == "x.bin.42.tmp"
+    assert atomic.writer_pid(".shard_0.bin.1234.tmp") == 1234 and atomic.writer_pid("x.tmp") is None
+    dead = tmp_path / f".shard.bin.{_dead_pid()}.tmp"
+    mine = atomic.temp_path(tmp_path / "y.bin")
+    for f in (dead, mine):
+        f.write_bytes(b"partial")
+    assert atomic.stale_temp_files(tmp_path, accept=lambda f: False) == []
+    assert atomic.remove_stale_temp_files(tmp_path) == [dead] and mine.exists() and not dead.exists()
+
+
 def test_save_removes_only_dead_writers_temp_files(tmp_path):
     dead = _dead_pid()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
