@@ -91,7 +91,7 @@ def test_no_grad_forward_matches_and_frees_everything(results):
 
 def test_state_dicts_round_trip(results):
     r = case(results, "state_dict")
-    assert r["keys_ok"] and r["rank0_only_ok"]
+    assert r["keys_ok"] and r["rank0_only_ok"] and r["missing_key_refused"]
     for k in ("diff", "plain_diff", "reload_diff", "sharded_diff"):   # all the same trained model
         assert r[k] < ADAM_TOL, k
 

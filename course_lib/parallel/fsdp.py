@@ -103,7 +103,7 @@ class FSDP(nn.Module):
         for k, (mod, claimed) in enumerate(zip(order, claims)):
             by_kind: dict[tuple, list] = {}
             for p, owners in claimed:
-                by_kind.setdefault((p.dtype, p.requires_grad), []).append((p, owners))
+                by_kind.setdefault((p.dtype, p.device, p.requires_grad), []).append((p, owners))
             groups = [Group([p for p, _ in v], [o for _, o in v], self._shared) for v in by_kind.values()]
             is_root = k == len(order) - 1
             self.units.append(Unit(mod, groups, self._shared, reshard_root if is_root else True, is_root))
@@ -173,9 +173,10 @@ class FSDP(nn.Module):
         """Load an unsharded state dict (from :meth:`full_state_dict` or a single-process model's
         ``state_dict()``): every rank copies its own pieces. No communication."""
         mine = self.module.state_dict(keep_vars=True)
-        missing = sorted(set(mine) - set(state_dict))
-        if missing:
-            raise ValueError(f"state_dict is missing {len(missing)} keys: {', '.join(missing[:5])}")
+        for what, keys in (("missing", set(mine) - set(state_dict)),
+                           ("unexpected", set(state_dict) - set(mine))):
+            if keys:
+                raise ValueError(f"state_dict has {len(keys)} {what} keys: {', '.join(sorted(keys)[:5])}")
         names = {id(p): k for k, p in self.module.named_parameters()}
         with torch.no_grad():
             for u in self.units:

@@ -221,10 +221,15 @@ def case_state_dict(ctx) -> dict:
     third = FSDP(plain, CountingComm(ctx.group), units=_blocks(plain))
     third.load_state_dict(sharded)
     sharded_diff, _ = _diff(third.full_state_dict(), t["ref"].state_dict())
+    try:
+        third.load_full_state_dict({k: v for k, v in t["full"].items() if k != "ln_f.bias"})
+        refused = False
+    except ValueError as e:
+        refused = "ln_f.bias" in str(e)
     rank0 = t["fsdp"].full_state_dict(rank0_only=True)
     return {"diff": t["diff"], "worst": t["worst"], "plain_diff": plain_diff, "reload_diff": reload_diff,
             "sharded_diff": sharded_diff, "keys_ok": list(sharded) == list(fresh.state_dict()),
-            "rank0_only_ok": (len(rank0) > 0) == (ctx.rank == 0)}
+            "rank0_only_ok": (len(rank0) > 0) == (ctx.rank == 0), "missing_key_refused": refused}
 
 
 def case_mixed_precision(ctx) -> dict:
