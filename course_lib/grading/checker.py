@@ -137,7 +137,8 @@ class Checker:
             return False
         self._recorder.write({"event": what, "qid": str(qid)})
         cost = " and the question now scores 0" if what == "revealed" else ""
-        print(f"{qid}: no {'reference answer' if what == 'revealed' else 'hint'} in a graded run{cost}.")
+        shown = {"revealed": "reference answer", "hint": "hint", "prompt": "question text"}[what]
+        print(f"{qid}: no {shown} in a graded run{cost}.")
         return True
 
     def hint(self, qid: str) -> None:
@@ -149,6 +150,8 @@ class Checker:
 
     def prompt(self, qid: str) -> None:
         """Print the text of question ``qid``."""
+        if self._graded("prompt", qid):
+            return
         q = self._question(qid)
         print(f"{qid} ({fmt_points(q.points)} points): {q.prompt}")
 
@@ -177,6 +180,10 @@ class Checker:
 
     def summary(self) -> None:
         """Print points so far and the state of every question."""
+        if self._recorder is not None:
+            print(f"{self.chapter_id}: graded run — your answers are recorded and scored after the "
+                  f"notebook has run.")
+            return
         got, total = self.score()
         n_ok = sum(r.correct for r in self._best.values())
         lines = [f"{self.chapter_id}: {fmt_points(got)}/{fmt_points(total)} points "

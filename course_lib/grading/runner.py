@@ -18,11 +18,8 @@ the executor's log next to them). Nothing in OUTDIR is reachable from a sandbox.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,9 +33,8 @@ from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
 from course_lib.grading.question import Question
 from course_lib.grading.reports import NotebookGrade, Row, write_reports
+from course_lib.grading.sandbox import STARTUP_LIMIT, Sandbox
 from course_lib.grading.values import fmt_points
-
-STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
 
 
 @dataclass
@@ -134,74 +130,6 @@ def _score(q: Question, data: object, channel: remote.Channel | None, opts: Opti
 
 
 # --------------------------------------------------------------------------- running one sandbox
-class Sandbox:
-    """One submission's sandbox: started on construction, :meth:`kill` ends every process in it."""
-
-    def __init__(self, root: Path, name: str, log: Path, opts: Options) -> None:
-        inside = sandbox.INSIDE
-        harness = opts.timeout_cell + opts.timeout_notebook
-        argv = [sys.executable, "-m", "course_lib.grading._execute", str(inside / "work" / name),
-                str(inside / "out" / "progress.jsonl"), str(inside / "out" / "executed.ipynb"),
-                "--timeout-cell", str(opts.timeout_cell), "--harness-timeout", str(harness)]
-        env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(inside / "out" / "answers.jsonl"),
-               remote.SOCKET_ENV: str(inside / "out" / "grader.sock")}
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(root / "out" / "grader.sock"))
-        self.listener.listen(1)
-        info_r, info_w = os.pipe()
-        cmd = sandbox.command(root, argv, env)
-        cmd[1:1] = ["--info-fd", str(info_w)]
-        with open(log, "w", encoding="utf-8") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                         pass_fds=(info_w,), start_new_session=True)
-        os.close(info_w)
-        self.child = _read_child_pid(info_r)
-
-    def connect(self, wait: float) -> socket.socket | None:
-        self.listener.settimeout(wait)
-        try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return None
-        return conn
-
-    def kill(self) -> None:
-        """SIGKILL the sandbox's init: the kernel then kills every process of its PID namespace,
-        and bwrap exits only after that; wait for it."""
-        for pid in (self.child, self.proc.pid):
-            if pid:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        self.proc.wait()
-        self.listener.close()
-
-
-def _read_child_pid(fd: int) -> int | None:
-    """The PID (here) of the sandbox's init, from the JSON bwrap writes to ``--info-fd`` once set
-    up (in several writes: read until it parses, or bwrap dies of SIGPIPE)."""
-    import select
-
-    text, end = b"", time.monotonic() + STARTUP_LIMIT
-    try:
-        while time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                return None
-            text += chunk
-            try:
-                return int(json.loads(text)["child-pid"])
-            except ValueError:
-                continue
-            except (KeyError, TypeError):
-                return None
-        return None
-    finally:
-        os.close(fd)
-
-
 def _events(progress: Path) -> list[dict]:
     return _read_jsonl(progress)
 
@@ -218,7 +146,8 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
         (root / "work").mkdir()
         (root / "out").mkdir()
         shutil.copyfile(path, root / "work" / path.name)
-        box = Sandbox(root, path.name, executed.with_suffix(".log"), opts)
+        box = Sandbox(root, path.name, executed.with_suffix(".log"), timeout_cell=opts.timeout_cell,
+                      harness_timeout=opts.timeout_cell + opts.timeout_notebook)
         progress = root / "out" / "progress.jsonl"
         started, kernel_at, finished, graded_fns = time.monotonic(), None, True, False
         try:
@@ -255,9 +184,8 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
 def _grade_functions(box: Sandbox, questions: list[Question], answers: Answers, opts: Options,
                      deadline: float) -> dict[str, Row]:
     todo = [q for q in questions if not q.is_value and q.qid in answers.answers and q.qid not in answers.revealed]
-    if not todo:
-        return {}
-    conn = box.connect(wait=min(30.0, max(1.0, deadline - time.monotonic())))
+    # always take the harness's connection, if only to say "bye": it then ends at once
+    conn = box.connect(wait=min(30.0 if todo else 5.0, max(1.0, deadline - time.monotonic())))
     channel = remote.Channel(conn, max(deadline, time.monotonic() + opts.timeout_cell), opts.timeout_cell)
     try:
         return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}

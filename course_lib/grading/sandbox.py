@@ -11,14 +11,22 @@ and tests, the question banks, anybody's home.
 """
 from __future__ import annotations
 
+import json
 import os
+import select
 import shutil
+import signal
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import course_lib
+from course_lib.grading import remote
 
 INSIDE = Path("/sandbox")
+STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
 _KEEP_ENV = ("LANG", "LC_ALL", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")
 
 
@@ -81,3 +89,69 @@ def command(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
     for k, v in sorted(full.items()):
         args += ["--setenv", k, v]
     return [*args, "--", *argv]
+
+
+class Sandbox:
+    """One submission's sandbox: started on construction, :meth:`kill` ends every process in it."""
+
+    def __init__(self, root: Path, name: str, log: Path, *, timeout_cell: float, harness_timeout: float) -> None:
+        """Run the executor on ``root/work/name`` (graded mode), its stdout/stderr into ``log``."""
+        inside = INSIDE
+        argv = [sys.executable, "-m", "course_lib.grading._execute", str(inside / "work" / name),
+                str(inside / "out" / "progress.jsonl"), str(inside / "out" / "executed.ipynb"),
+                "--timeout-cell", str(timeout_cell), "--harness-timeout", str(harness_timeout)]
+        env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(inside / "out" / "answers.jsonl"),
+               remote.SOCKET_ENV: str(inside / "out" / "grader.sock")}
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(root / "out" / "grader.sock"))
+        self.listener.listen(1)
+        info_r, info_w = os.pipe()
+        cmd = command(root, argv, env)
+        cmd[1:1] = ["--info-fd", str(info_w)]
+        with open(log, "w", encoding="utf-8") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                         pass_fds=(info_w,), start_new_session=True)
+        os.close(info_w)
+        self.child = _read_child_pid(info_r)
+
+    def connect(self, wait: float) -> socket.socket | None:
+        self.listener.settimeout(wait)
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return None
+        return conn
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's init: the kernel then kills every process of its PID namespace,
+        and bwrap exits only after that; wait for it."""
+        for pid in (self.child, self.proc.pid):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.proc.wait()
+        self.listener.close()
+
+
+def _read_child_pid(fd: int) -> int | None:
+    """The PID (here) of the sandbox's init, from the JSON bwrap writes to ``--info-fd`` once set
+    up (in several writes: read until it parses, or bwrap dies of SIGPIPE)."""
+    text, end = b"", time.monotonic() + STARTUP_LIMIT
+    try:
+        while time.monotonic() < end:
+            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            chunk = os.read(fd, 4096) if ready else b""
+            if not chunk:
+                return None
+            text += chunk
+            try:
+                return int(json.loads(text)["child-pid"])
+            except ValueError:
+                continue
+            except (KeyError, TypeError):
+                return None
+        return None
+    finally:
+        os.close(fd)
