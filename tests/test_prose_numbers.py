@@ -50,6 +50,7 @@ GLOBAL = [
     (r"^\s*\d+\.\s", "an enumerated-list marker"),
     (r"\b[Tt]op-?\d+\b", "the routing rule top-k"),
     (r"\b1F1B\b|\b2:4\b|\b[23]D\b", "names: the 1F1B schedule, 2:4 sparsity, 2D/3D parallelism"),
+    (r"\b[\w.-]+#\d+\b", "an issue or pull-request number (pytorch#118911)"),
 ]
 
 # Per page: (pattern, reason). Each is a definition, a constant with a source, or a threshold that
