@@ -94,11 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=doc, description=doc)
         for pname, param in inspect.signature(fn).parameters.items():
             kind = _converter(param)
+            extra = {"metavar": "{true,false}"} if kind is _switch else {}
             if param.default is inspect.Parameter.empty:
-                p.add_argument(_flag(pname), dest=pname, required=True, type=kind)
+                p.add_argument(_flag(pname), dest=pname, required=True, type=kind, **extra)
             else:
+                shown = str(param.default).lower() if kind is _switch else repr(param.default)
                 p.add_argument(_flag(pname), dest=pname, default=param.default, type=kind,
-                               help=f"default: {str(param.default).lower() if kind is _switch else repr(param.default)}")
+                               help=f"default: {shown}", **extra)
         p.set_defaults(_fn=fn, _parser=p)
     return ap
 

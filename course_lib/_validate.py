@@ -125,20 +125,26 @@ def _finite(result: object) -> bool:
     return True
 
 
-def _culprits(sig: inspect.Signature, args: tuple, kwargs: dict) -> str:
+def _culprits(sig: inspect.Signature, args: tuple, kwargs: dict, zero_divides: bool = False) -> str:
     """``name=value`` of the most extreme numeric inputs (within 10 decades of the largest
-    |log10|), the likely cause of an overflow or an underflowed divisor."""
+    |log10|), the likely cause of an overflow or an underflowed divisor; an input that is 0
+    counts as the most extreme when the error is a division by zero."""
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError:
         return ""
     bound.apply_defaults()
-    mags = {k: abs(math.log10(abs(float(v)))) for k, v in bound.arguments.items()
-            if isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) and v != 0}
+    mags = {}
+    for k, v in bound.arguments.items():
+        if isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) and v == v:
+            if v != 0:
+                mags[k] = abs(math.log10(abs(v)))   # math.log10 takes huge ints too
+            elif zero_divides:
+                mags[k] = math.inf
     if not mags:
         return ", ".join(bound.arguments)
     top = max(mags.values())
-    return ", ".join(f"{k}={bound.arguments[k]!r}" for k, m in mags.items() if m >= top - 10)
+    return ", ".join(f"{k}={_show(bound.arguments[k])}" for k, m in mags.items() if m >= top - 10)
 
 
 def calculator(fn):
@@ -151,8 +157,9 @@ def calculator(fn):
         try:
             result = fn(*args, **kwargs)
         except (OverflowError, ZeroDivisionError) as exc:
-            raise ValueError(f"inputs out of range: {_culprits(sig, args, kwargs)} (too large or too "
-                             f"small for float arithmetic: {exc})") from None
+            culprits = _culprits(sig, args, kwargs, isinstance(exc, ZeroDivisionError))
+            raise ValueError(f"inputs out of range: {culprits} (too large or too small for float "
+                             f"arithmetic: {exc})") from None
         if not _finite(result):
             raise ValueError(f"inputs out of range: {_culprits(sig, args, kwargs)} (too large or too "
                              f"small: the result overflows a float)")

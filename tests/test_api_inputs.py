@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import math
 import re
 import signal
@@ -118,14 +119,13 @@ def time_limit(seconds: float):
 
 
 def _finite(result) -> bool:
-    if isinstance(result, float):
-        return math.isfinite(result)
-    if isinstance(result, dict):
-        return all(_finite(v) for v in result.values())
-    if isinstance(result, (tuple, list)):
-        return all(_finite(v) for v in result)
+    """No inf or NaN anywhere in ``result``: JSON with allow_nan=False refuses them."""
     if hasattr(result, "__dataclass_fields__"):
-        return all(_finite(getattr(result, k)) for k in result.__dataclass_fields__)
+        result = {k: getattr(result, k) for k in result.__dataclass_fields__}
+    try:
+        json.dumps(result, allow_nan=False, default=lambda o: dict(o) if hasattr(o, "items") else float(o))
+    except ValueError:
+        return False
     return True
 
 
@@ -306,29 +306,43 @@ def test_cli_bad_input_is_a_usage_error_naming_the_flag(argv, flag, capsys):
     assert "Traceback" not in err
 
 
+def _argv(command: str, args: dict) -> list[str]:
+    """``command --flag value ...`` for keyword arguments, values written as a user types them."""
+    typed = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in args.items()}
+    return [command] + [a for k, v in typed.items() for a in ("--" + k.replace("_", "-"), v)]
+
+
 def test_cli_every_numeric_flag_refuses_nan_and_words(capsys):
     from course_lib.__main__ import _available
     for name, fn in _available():
         base = _base(fn)
+        code, out, err = _cli(_argv(name, base), capsys)
+        assert code == 0 and out.strip(), (name, err)
         for pname, param in inspect.signature(fn).parameters.items():
             if _kind(param) not in ("int", "float"):
                 continue
             for bad in ("nan", "x", "1e999"):
-                argv = [name] + [a for k, v in base.items() if k != pname
-                                 for a in ("--" + k.replace("_", "-"), _typed(v))] + ["--" + pname.replace("_", "-"), bad]
-                code, _, err = _cli(argv, capsys)
-                assert code == 2 and "--" + pname.replace("_", "-") in err, (argv, err)
-        code, out, err = _cli([name] + [a for k, v in base.items() for a in ("--" + k.replace("_", "-"), _typed(v))],
-                              capsys)
-        assert code == 0 and out.strip(), (name, err)
-
-
-def _typed(value) -> str:
-    """A valid value written the way a user types it on the command line."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
+                code, _, err = _cli(_argv(name, {**base, pname: bad}), capsys)
+                assert code == 2 and "--" + pname.replace("_", "-") in err, (name, pname, bad, err)
 
 
 def test_cli_end_to_end_exit_code_and_no_traceback():
     bad = subprocess.run([sys.executable, "-m", "course_lib", "bubble_fraction", "--p", "Infinity", "--m", "8"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "error: argument --p" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_calculator_decorator_names_the_culprit_and_keeps_the_signature():
+    from course_lib._validate import calculator
+
+    @calculator
+    def ratio(num: float, den: float = 1.0) -> float:
+        """num / den."""
+        return num / den
+
+    assert ratio(6.0, 3.0) == 2.0 and list(inspect.signature(ratio).parameters) == ["num", "den"]
+    for args, culprit, innocent in [((1.0, 0.0), "den=0.0", "num"), ((1.0, 1e-320), "den=1e-320", "num"),
+                                    ((1e308, 1e-10), "num=1e+308", "den")]:
+        with pytest.raises(ValueError, match=re.escape(culprit)) as info:
+            ratio(*args)
+        assert innocent not in str(info.value)
