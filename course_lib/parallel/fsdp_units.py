@@ -91,13 +91,13 @@ class Group:
         self.start = r * s
         flat = torch.cat([p.detach().reshape(-1) for p in params])
         self.pieces = []                                   # (a, b): param i's part of my slice
-        for p, off in zip(params, self.offsets):
+        for p, off, own in zip(params, self.offsets, owners):
             a = min(max(off, self.start), self.start + s)
             b = max(min(off + p.numel(), self.start + s), a)
             self.pieces.append((a - self.start, b - self.start))
             shard = nn.Parameter(flat[a:b].clone(), requires_grad=p.requires_grad)
-            for owner, attr in owners[len(self.pieces) - 1]:
-                owner._parameters[attr] = shard
+            for owner, attr in own:
+                owner._parameters[attr] = shard          # the module now holds its shard
         self.acc: torch.Tensor | None = None               # unsharded grad kept under no_sync
 
     @property
@@ -130,7 +130,7 @@ class Group:
             torch._foreach_copy_(dst, src)                 # casts to the gather dtype on the way
         return mine
 
-    def gather(self, full: torch.Tensor | None = None, values=None) -> torch.Tensor:
+    def gather(self, full: torch.Tensor | None = None) -> torch.Tensor:
         """All-gather into a new full buffer, or refill a freed one in place (backward re-gather)."""
         if full is None:
             full = torch.empty(self.numel, dtype=self.gather_dtype, device=self.shards[0].device)
@@ -139,7 +139,7 @@ class Group:
         else:
             return full
         buf = full.data     # writes that autograd must not see: saved views expect these values
-        self.shared.comm.all_gather(buf, self.fill_mine(buf, self.shards if values is None else values))
+        self.shared.comm.all_gather(buf, self.fill_mine(buf, self.shards))
         return full
 
     def reduce(self, grad: torch.Tensor) -> list[torch.Tensor | None]:
