@@ -35,12 +35,16 @@ _TWO_ND = "you used C = 2ND (forward only); training costs 6ND (forward 2N + bac
 _NO_SIX = "you dropped the 6: with D = 20N the budget is C = 6·N·20N = 120·N², not 20·N²."
 
 
-def _grade_power_law_fn(fn) -> tuple[float, str]:
-    """Run the student's ``fn(x, y) -> (coef, exponent)`` on three synthetic data sets."""
+def _grade_power_law_fn(fn, draw: np.random.Generator) -> tuple[float, str]:
+    """Run the student's ``fn(x, y) -> (coef, exponent)`` on three fixed synthetic data sets and
+    one drawn from ``draw`` (seeded per graded run)."""
     rng = np.random.default_rng(2)
+    lo, sign = draw.uniform(0, 20), draw.choice([-1.0, 1.0])
     cases = [(np.array([1.0, 10.0, 100.0, 1000.0]), 3.0, 0.5, 0.0),
              (np.geomspace(1e18, 1e23, 9), 0.08, 0.51, 0.0),
-             (np.geomspace(1e3, 1e6, 12), 4e2, -0.34, 0.05)]
+             (np.geomspace(1e3, 1e6, 12), 4e2, -0.34, 0.05),
+             (np.geomspace(10 ** lo, 10 ** (lo + draw.uniform(2, 5)), int(draw.integers(5, 15))),
+              10 ** draw.uniform(-2, 3), sign * draw.uniform(0.1, 0.7), 0.0)]
     passed, notes = 0, []
     for x, coef, expo, noise in cases:
         y = coef * x ** expo * np.exp(noise * rng.standard_normal(x.size))

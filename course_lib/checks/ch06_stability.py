@@ -47,9 +47,12 @@ SMALL_VALUES = [1e-4, 1e-6, 5e-8, 2e-8]
 
 
 # --- the loss-scaler function question
-def _scaler_cases() -> list[tuple[list[bool], float, int]]:
+def _scaler_cases(draw=None) -> list[tuple[list[bool], float, int]]:
+    """Five fixed flag sequences, and two drawn from ``draw`` (a numpy Generator) when given."""
     rng = random.Random(6)
-    return [([False] * 7, 1024.0, 2),
+    drawn = [([bool(v) for v in draw.random(int(draw.integers(10, 40))) < draw.uniform(0.05, 0.4)],
+              float(2.0 ** int(draw.integers(3, 24))), int(draw.integers(2, 8))) for _ in range(2)] if draw is not None else []
+    return drawn + [([False] * 7, 1024.0, 2),
             ([True, True, False, False, False, False], 65536.0, 3),
             ([False, False, True, False, False, False, True, False], 8.0, 3),
             ([rng.random() < 0.15 for _ in range(60)], 2.0 ** 16, 4),
@@ -86,10 +89,10 @@ _SCALER_MISTAKES = [
 ]
 
 
-def _grade_scaler(fn) -> tuple[float, str]:
+def _grade_scaler(fn, draw) -> tuple[float, str]:
     if not callable(fn):
         return 0.0, "Pass your function itself, e.g. check('loss_scaler', loss_scale_sequence)."
-    cases = _scaler_cases()
+    cases = _scaler_cases(draw)
     passed, first_bad = 0, None
     for flags, s, n in cases:
         got = fn(list(flags), s, n)

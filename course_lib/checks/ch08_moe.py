@@ -59,11 +59,14 @@ def _case(seed: int, B: int, S: int, E: int) -> torch.Tensor:
 CASES = [(0, 2, 16, 4, 1, 1.0), (1, 3, 12, 4, 2, 1.0), (2, 2, 20, 8, 2, 1.25), (3, 1, 32, 4, 1, 0.5)]
 
 
-def _grade_token_choice(fn) -> tuple[float, str]:
+def _grade_token_choice(fn, draw) -> tuple[float, str]:
     if not callable(fn):
         return 0.0, f"Pass your function itself (check('token_choice_impl', my_token_choice)), got {fn!r}."
     passed, notes = 0, {}                 # message -> cases it explains (each message said once)
-    for seed, B, S, E, k, cf in CASES:
+    drawn = (int(draw.integers(10, 2**31)), int(draw.choice([1, 2, 3])), int(draw.choice([8, 12, 16, 24])),
+             int(draw.choice([4, 8])), int(draw.choice([1, 2])), float(draw.choice([0.5, 1.0, 1.25])))
+    cases = [*CASES, drawn]                # the drawn one is new in every graded run
+    for seed, B, S, E, k, cf in cases:
         logits = _case(seed, B, S, E)
         got = torch.as_tensor(fn(logits.clone(), k, cf)).bool()
         ref = moe.token_choice(logits, k, cf, "sequence", "position")
@@ -90,8 +93,8 @@ def _grade_token_choice(fn) -> tuple[float, str]:
             why = ("the kept pairs differ: serve token by token in position order, each token's "
                    "choices in rank order, and keep a pair while its expert has a free slot")
         notes.setdefault(why, []).append(f"[k={k} CF={cf} C={ref.capacity}]")
-    if passed < len(CASES):
-        return passed / len(CASES) * 0.75, "; ".join(f"{w} (cases {' '.join(c)})" for w, c in notes.items())
+    if passed < len(cases):
+        return passed / len(cases) * 0.75, "; ".join(f"{w} (cases {' '.join(c)})" for w, c in notes.items())
     causal, indep, _ = harness_verdict(moe.mask_router(lambda lg: fn(lg, 2, 1.0)))
     if not (causal and indep):
         return 0.75, "matches the reference on the fixed cases but the harness finds it is not causal"

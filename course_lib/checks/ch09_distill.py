@@ -25,10 +25,13 @@ def _break_even() -> float:
     return distill.break_even_tokens(_pretrain(), P_OUT, batch_discount=0.5)
 
 
-def _grade_kl_fn(fn) -> tuple[float, str]:
-    """Run the student's ``kl(p, q)`` on cases with zeros, infinities and unequal distributions."""
+def _grade_kl_fn(fn, draw) -> tuple[float, str]:
+    """Run the student's ``kl(p, q)`` on cases with zeros, infinities and unequal distributions,
+    and on two pairs drawn from ``draw`` (seeded per graded run)."""
     cases = [((0.5, 0.5), (0.9, 0.1)), (TEACHER_P, STUDENT_Q), ((1.0, 0.0, 0.0), (0.2, 0.3, 0.5)),
              ((0.0, 0.3, 0.7), (0.1, 0.2, 0.7)), ((0.25,) * 4, (0.25,) * 4), ((0.5, 0.5), (1.0, 0.0))]
+    for k in draw.integers(3, 7, size=2):
+        cases.append(tuple(tuple(float(v) for v in draw.dirichlet([1.0] * int(k))) for _ in range(2)))
     passed, notes = 0, []
     for p, q in cases:
         ref = distill.kl_divergence(p, q)
