@@ -82,7 +82,9 @@ CLAIMS: tuple[Claim, ...] = (
           "rajbhandari2020zero", ("book/04_dp_fsdp.md#sec-04-seed-claim", "book/04_dp_fsdp.md#sec-04-fsdp")),
     Claim(3, "Critical batch 10M tokens with 10K-token sequences → at most 1K GPUs.",
           "TRUE, with caveats", "10⁷/10⁴ = 1000 bounds the data-parallel degree, not the GPU count: tensor, "
-          "pipeline and context parallelism multiply it.", "mccandlish2018largebatch",
+          "context and expert parallelism, which split one sequence's work, multiply it; pipeline "
+          "parallelism does not (its m ≥ p microbatches count against the same batch).",
+          "mccandlish2018largebatch",
           ("book/04_dp_fsdp.md#sec-04-batch-floor",)),
     Claim(4, "B300 has 288 GB of HBM.", "TRUE", "288 GB HBM3e per GPU (datasheet); usable capacity can be "
           "a little lower.", "NVIDIA B300 documentation",
