@@ -126,10 +126,14 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"28k parameters", "the lab's actor model (course_lib.model.GPT, 2 layers, d = 32)"),
         (r"about 2× faster learning on 128 H100s", PUBLISHED),
     ],
-    # --- H1's: book/04_dp_fsdp.md and book/gpu_box.md are being rewritten by helper H1 (issue #19
-    # items 1, 2, 7, 12); H1 fills these two lists when the rewrite lands.
-    "04_dp_fsdp.md": [],
-    "gpu_box.md": [],
+    "04_dp_fsdp.md": [
+        (r"two 512 KiB buckets", "DataParallel's default bucket size (course_lib.parallel)"),
+        (r"that is 16 bytes per parameter|Of\s+the 16 bytes, 12 are", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
+        (r"keep 20 GB for activations", "the worked example's reserve (20e9 in the code cell)"),
+    ],
+    "gpu_box.md": [
+        (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
+    ],
 }
 
 
@@ -216,9 +220,8 @@ def _pages() -> list[Path]:
     return sorted(BOOK.glob("*.md"))
 
 
-# Helper H1 is rewriting these two pages (issue #19 items 1, 2, 7, 12) and fills their allowlists;
-# strict: once they pass, the mark must go.
-H1_PENDING = {"04_dp_fsdp.md", "gpu_box.md"}
+# Pages still being rewritten by another helper (strict: once they pass, the mark must go).
+H1_PENDING: set[str] = set()
 
 
 def _marked(page: Path):
