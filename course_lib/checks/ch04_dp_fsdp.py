@@ -16,8 +16,10 @@ _B300 = hardware.get_accelerator("B300")
 MEM_PSI, MEM_N = 7e9, 64
 # ZeRO-3 degree: a 70B model on 80 GB H100s keeping 20 GB for activations and buffers
 Z3_PSI, Z3_RESERVED = 70e9, 20e9
-# all-reduce of 7B bf16 gradients: 8 GPUs on NVLink, 64 GPUs over InfiniBand NDR
-IB_ONE_NIC = 50e9   # bytes/s: one 400 Gb/s NDR NIC per GPU, as the prompts state (not comm's 8-NIC ring)
+# all-reduce of 7B bf16 gradients: 8 GPUs on NVLink, 64 GPUs in 8 servers over InfiniBand NDR;
+# each server has eight 400 Gb/s NICs and NCCL runs one ring per NIC, so a ring moves
+# comm.IB_NDR_BANDWIDTH = 8 x 50 GB/s per GPU (course_lib.network)
+IB_ONE_NIC = 50e9   # bytes/s: one 400 Gb/s NDR NIC, the classic 8x-too-slow reading
 AR_BYTES = 7e9 * 2
 # batch floor: 16M-token critical batch, 8192-token sequences; TP = 8, PP = 4 on top
 CRIT_TOKENS, SEQ, TP, PP = 16e6, 8192, 8, 4
@@ -145,12 +147,14 @@ QUESTIONS = [
     ),
     Question(
         "allreduce_ib_s", points=1,
-        prompt="The same 14 GB all-reduce over 64 GPUs in 8 nodes, where the ring crosses InfiniBand "
-               "NDR (400 Gb/s = 50 GB/s per direction per GPU): seconds?",
-        expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 64, IB_ONE_NIC), rtol=0.02,
-        mistakes=[Mistake.ratio(1 / 8, "Eight times too short: 400 Gb/s is 50 GB/s (bits, not bytes)."),
+        prompt="The same 14 GB all-reduce over 64 GPUs in 8 servers, each with eight 400 Gb/s "
+               "InfiniBand NDR NICs (NCCL runs one ring per NIC): seconds, ignoring latency?",
+        expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 64, comm.IB_NDR_BANDWIDTH), rtol=0.02,
+        mistakes=[Mistake.ratio(8, "Eight times too long: you took one NIC's 50 GB/s for the ring's; "
+                                   "with one ring per NIC the ring moves 8 × 50 GB/s per GPU."),
+                  Mistake.ratio(1 / 8, "Eight times too short: 400 Gb/s is 50 GB/s per NIC (bits, not bytes)."),
                   Mistake.ratio(0.5, "Half: an all-reduce sends 2(n−1)/n of the buffer.")],
-        hint="The slowest link of the ring sets the pace: 50 GB/s.",
+        hint="t = 2(n−1)/n · S / ring bandwidth; ring bandwidth = NICs per server × NIC rate.",
     ),
     Question(
         "fsdp_bytes_7b_64", points=1,
@@ -178,19 +182,30 @@ QUESTIONS = [
     Question(
         "max_gpus_tp_pp", points=1,
         prompt=f"Same run with tensor parallelism {TP} and pipeline parallelism {PP} inside each "
-               f"replica: how many GPUs can it use at most?",
-        expected=lambda: comm.max_dp_degree(CRIT_TOKENS, SEQ) * TP * PP, rtol=0, atol=1e-6,
-        mistakes=[Mistake.equals(1953, "The batch floor bounds the number of replicas, not GPUs: each "
+               f"replica; each pipeline needs at least {PP} microbatches (one sequence each) in flight "
+               f"to keep its bubble small: how many GPUs can it use at most?",
+        expected=lambda: comm.max_dp_degree(CRIT_TOKENS, SEQ * PP) * TP * PP, rtol=0, atol=1e-6,
+        mistakes=[Mistake.equals(comm.max_dp_degree(CRIT_TOKENS, SEQ) * TP * PP,
+                                 "Pipeline stages do not lift the batch bound: each pipeline needs m ≥ p "
+                                 "microbatches from the same batch, so DP × PP ≤ B/s; only splitting a "
+                                 "sequence's work (TP, CP, EP) multiplies the GPU count."),
+                  Mistake.equals(1953, "The batch floor bounds the number of replicas, not GPUs: each "
                                        "replica is TP × PP GPUs.")],
-        hint="GPUs = DP degree × TP × PP.",
+        hint="DP ≤ B / (s · PP) when every pipeline holds PP sequences; GPUs = DP × TP × PP.",
     ),
     Question(
         "fsdp_crossover", points=2,
-        prompt=f"FSDP over InfiniBand (50 GB/s per GPU), H100 at {XO_MFU:g} of peak while computing, "
+        prompt=f"FSDP over InfiniBand (one ring per NIC: 8 × 50 GB/s = 400 GB/s per GPU; bandwidth "
+               f"term only), H100 at {XO_MFU:g} of peak while computing, "
                f"a fixed global batch of {XO_TOKENS / 1e6:g}M tokens, bf16. Beyond how many GPUs does "
                f"communication take longer than compute (perfect overlap)? A float.",
-        expected=lambda: comm.crossover_gpus(XO_TOKENS, compute_mfu=XO_MFU, bandwidth=IB_ONE_NIC), rtol=0.01,
+        expected=lambda: comm.crossover_gpus(XO_TOKENS, compute_mfu=XO_MFU, bandwidth=comm.IB_NDR_BANDWIDTH),
+        rtol=0.01,
         mistakes=[Mistake.ratio(1.5, "That is plain DP's crossover (2Ψ per step); FSDP sends 3Ψ."),
+                  Mistake(lambda a, e: abs(float(a) - comm.crossover_gpus(XO_TOKENS, compute_mfu=XO_MFU,
+                                                                           bandwidth=IB_ONE_NIC))
+                          <= 0.01 * float(e) / 8,
+                          "You used one NIC's 50 GB/s; the ring moves 8 × 50 GB/s per GPU."),
                   Mistake.ratio(2, "A factor 2 too many: bf16 values are 2 bytes.")],
         hint="Solve 6·Ψ·B/(n·peak·u) = 3(n−1)/n·Ψ·2/bw for n: Ψ cancels.",
     ),
