@@ -1,0 +1,47 @@
+"""What readers of the site see in the labs' code and outputs (issue #21).
+
+nbval also reads a `# NBVAL_IGNORE_OUTPUT` first line, but readers see that comment on the site;
+the course marks such cells with the `nbval-ignore-output` metadata tag instead. A widget cell's
+stored output must be its static fallback, never the ``VBox(children=...`` repr.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+NBVAL_COMMENT = re.compile(r"^\s*#\s*NBVAL_", re.IGNORECASE)
+WIDGET_REPR = re.compile(r"\b[HV]Box\(children=")
+
+
+def _code_cells(path: Path) -> list[dict]:
+    return [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+def test_no_nbval_comment_in_code(path: Path) -> None:
+    bad = [_source(c).splitlines()[0] for c in _code_cells(path)
+           if _source(c).strip() and NBVAL_COMMENT.match(_source(c))]
+    assert not bad, f"{path.name}: use the cell tag nbval-ignore-output, not a comment readers see: {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+def test_no_widget_repr_in_stored_outputs(path: Path) -> None:
+    bad = [_source(c)[:60] for c in _code_cells(path)
+           if WIDGET_REPR.search(json.dumps(c.get("outputs", [])))]
+    assert not bad, f"{path.name}: a widget's repr is stored instead of its static fallback: {bad}"
+
+
+def test_ignored_cells_are_tagged_somewhere() -> None:
+    """The conversion kept the marks: the labs still have output-ignored cells (timings)."""
+    tagged = sum("nbval-ignore-output" in c.get("metadata", {}).get("tags", [])
+                 for p in NOTEBOOKS for c in _code_cells(p))
+    assert tagged >= 10
