@@ -315,16 +315,5 @@ def distill_widget(**defaults):
         "gpu_hour_price": w.FloatText(value=d["gpu_hour_price"], description="$/GPU-h (assumed)"),
         "mfu": w.FloatSlider(value=d["mfu"], min=0.05, max=0.8, step=0.05, description="MFU"),
     }
-    out = w.Output()
-
-    def update(**values):
-        out.clear_output(wait=True)
-        with out:
-            try:
-                print(render_distill(distill_calculator(**values)))
-            except ValueError as e:   # a bad input is shown, not raised
-                print(f"input error: {e}")
-
-    w.interactive_output(update, controls)
-    boxes = list(controls.values())
-    return w.VBox([w.HBox(boxes[i:i + 3]) for i in range(0, len(boxes), 3)] + [out])
+    from .widgets import interactive   # bad input is shown, not raised; static text off-kernel
+    return interactive(distill_calculator, controls, render=render_distill)

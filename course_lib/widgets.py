@@ -8,10 +8,13 @@ The pattern every chapter reuses:
    callback whenever a control changes and shows ``render(result)`` (text and/or a figure).
 
 The book never embeds live widgets (the site must work offline and without a kernel); it shows
-``static_table(callback, rows)`` instead.
+``static_table(callback, rows)`` instead. A lab's widget cell, rendered without a widget frontend
+(the website, nbconvert, a terminal), shows the calculator's output at the starting values
+(``CalculatorBox``'s text/plain), not the ``VBox(children=...)`` repr.
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 
@@ -20,7 +23,9 @@ from ._validate import choice, positive
 from .report import si
 
 __all__ = ["scaling_calculator", "render_scaling", "isoflop_figure", "static_table", "interactive",
-           "scaling_widget"]
+           "calculator_box", "scaling_widget"]
+
+STATIC_NOTE = "(static view at the starting values: the controls need a running Jupyter kernel)"
 
 
 def scaling_calculator(compute: float, fit: str = "besiroglu", gpu: str = "H100-SXM",
@@ -97,14 +102,48 @@ def static_table(callback: Callable[..., dict], rows: Iterable[Mapping], columns
     return "\n".join(lines)
 
 
+@functools.cache
+def _calculator_box_class():
+    """``CalculatorBox``, defined on first use so that importing this module needs no ipywidgets."""
+    import ipywidgets as w
+
+    class CalculatorBox(w.VBox):
+        """A ``VBox`` whose plain-text form is ``fallback`` instead of its repr. A live frontend
+        draws the widget (its widget-view MIME type wins); everywhere else, the site included,
+        readers see the calculator's output."""
+
+        def __init__(self, children, fallback: str, **kwargs):
+            super().__init__(children, **kwargs)
+            self.fallback = fallback
+
+        def _repr_mimebundle_(self, **kwargs):
+            return super()._repr_mimebundle_(**kwargs) | {"text/plain": self.fallback}
+
+    return CalculatorBox
+
+
+def calculator_box(children, fallback: str):
+    """An ipywidgets ``VBox`` of ``children`` that shows the text ``fallback`` where no widget
+    frontend is present (the website, nbconvert, a terminal)."""
+    return _calculator_box_class()(list(children), fallback)
+
+
 def interactive(callback: Callable[..., dict], controls: Mapping, render: Callable[[dict], str] = str,
-                figure: Callable[[dict], object] | None = None):
+                figure: Callable[[dict], object] | None = None, per_row: int = 3):
     """Wire ipywidgets ``controls`` (name → widget) to ``callback``: on every change, show
-    ``render(result)`` and, if given, ``figure(result)``. Errors (bad input) are shown, not raised."""
+    ``render(result)`` and, if given, ``figure(result)``. Errors (bad input) are shown, not raised.
+    Controls are laid out ``per_row`` to a row; without a widget frontend the box shows
+    ``render(callback(**starting values))`` (see ``calculator_box``)."""
     import ipywidgets as w
     from IPython.display import display
 
     out = w.Output()
+
+    def text(values: Mapping) -> str:
+        try:
+            return render(callback(**values))
+        except ValueError as e:
+            return f"input error: {e}"
 
     def update(**values):
         import matplotlib.pyplot as plt
@@ -122,7 +161,10 @@ def interactive(callback: Callable[..., dict], controls: Mapping, render: Callab
                 plt.close(fig)
 
     w.interactive_output(update, dict(controls))
-    return w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:]), out])
+    boxes = list(controls.values())
+    rows = [w.HBox(boxes[i:i + per_row]) for i in range(0, len(boxes), per_row)]
+    start = {name: control.value for name, control in controls.items()}
+    return calculator_box(rows + [out], f"{text(start)}\n\n{STATIC_NOTE}")
 
 
 def scaling_widget(compute: float = 5.76e23, fit: str = "besiroglu", gpu: str = "H100-SXM",
