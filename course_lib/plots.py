@@ -10,16 +10,18 @@ from pathlib import Path
 
 import matplotlib
 
-MEASURED = "#d1495b"   # red: what a run measured
-THEORY = "#00798c"     # teal: what a formula predicts
-ACCENT = "#edae49"     # amber: a third series / annotation
-NEUTRAL = "#30638e"    # blue: a fourth series
-PALETTE = [THEORY, MEASURED, ACCENT, NEUTRAL, "#66a182", "#8d96a3"]
+# Okabe & Ito's colour-blind-safe palette (Color Universal Design, 2008): the measured, theory
+# and third/fourth series stay distinct under protanopia, deuteranopia and tritanopia.
+MEASURED = "#D55E00"   # vermillion: what a run measured
+THEORY = "#0072B2"     # blue: what a formula predicts
+ACCENT = "#E69F00"     # orange: a third series / annotation
+NEUTRAL = "#56B4E9"    # sky blue: a fourth series
+PALETTE = [THEORY, MEASURED, ACCENT, NEUTRAL, "#009E73", "#CC79A7"]   # + bluish green, reddish purple
 
 STYLE = {
     "figure.figsize": (6.4, 3.8),
-    "figure.dpi": 100,
-    "savefig.dpi": 110,
+    "figure.dpi": 150,     # sharp on high-density screens; the site scales images to the column
+    "savefig.dpi": 150,
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,

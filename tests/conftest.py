@@ -7,6 +7,7 @@ only the chapter pages whose code changed.
 
 Set COURSE_BOOK_REUSE=1 to skip the build and test the HTML already in `_build/html` (handy while
 working on the site test; never in CI).
+Set COURSE_HTML_DIR=/path/to/html to test HTML built elsewhere (e.g. with --path-output).
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def book_build() -> BookBuild:
     """Build the book once (warnings as errors) and return the result; never raises on failure."""
     if os.environ.get("COURSE_BOOK_REUSE") == "1" and (HTML_DIR / "index.html").is_file():
         return BookBuild(0, "(COURSE_BOOK_REUSE=1: build skipped)", HTML_DIR, 0.0, reused=True)
+    if os.environ.get("COURSE_HTML_DIR"):   # test a book built elsewhere (--path-output DIR: DIR/_build/html)
+        return BookBuild(0, "(COURSE_HTML_DIR: build skipped)", Path(os.environ["COURSE_HTML_DIR"]), 0.0, reused=True)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     start = time.monotonic()

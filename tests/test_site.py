@@ -214,3 +214,78 @@ def test_book_opens_from_the_file_system(browser: Any, html_dir: Path) -> None:
     found = visit(browser, (html_dir / "search.html").as_uri() + "?q=FLOPs",
                   after_load="() => document.querySelectorAll('#search-results ul.search li').length > 0")
     assert not found.problems(), "search (file://):\n  " + "\n  ".join(found.problems())
+
+
+# ------------------------------------------------------------------ layout (issue #21): readable pages
+LAYOUT_WIDTHS = (1280, 390)
+# In the article: every block whose content is wider than its box scrolls (overflow-x auto/scroll),
+# and nothing outside a scrolling box sticks out past the column (which would be cut off or widen
+# the page). Inline boxes and MathJax internals are skipped; MathJax display math scrolls itself.
+LAYOUT_REPORT = """() => {
+    const article = document.querySelector('main .bd-article') || document.querySelector('main');
+    const col = article.getBoundingClientRect();
+    const scrolls = v => v === 'auto' || v === 'scroll';
+    const name = e => e.tagName.toLowerCase() + [...e.classList].slice(0, 2).map(c => '.' + c).join('');
+    const clipped = [];
+    for (const e of article.querySelectorAll('*')) {
+        const cs = getComputedStyle(e);
+        if (cs.display.startsWith('inline') || cs.display === 'none' || !e.getClientRects().length) continue;
+        if (e.closest('.MathJax, .MathJax_Display, .MathJax_Preview, mjx-container')) continue;
+        let inScroller = false;
+        for (let p = e.parentElement; p && p !== article; p = p.parentElement)
+            if (scrolls(getComputedStyle(p).overflowX)) { inScroller = true; break; }
+        const what = `${name(e)} "${e.textContent.trim().slice(0, 50)}"`;
+        if (e.scrollWidth > e.clientWidth + 1 && !scrolls(cs.overflowX))
+            clipped.push(`${what}: content ${e.scrollWidth} px in ${e.clientWidth} px, overflow-x ${cs.overflowX}`);
+        else if (!inScroller && e.getBoundingClientRect().right > col.right + 1)
+            clipped.push(`${what}: right edge past the column`);
+    }
+    const pre = article.querySelector('div.highlight pre, div.cell_output pre');
+    let fits100 = null;
+    if (pre) {
+        const probe = document.createElement('span');
+        probe.textContent = 'x'.repeat(100);
+        pre.appendChild(probe);
+        fits100 = probe.getBoundingClientRect().width <= pre.clientWidth;
+        probe.remove();
+    }
+    const doc = document.documentElement;
+    const copy = (document.querySelector('main') || document.body).cloneNode(true);
+    copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
+                          '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
+    const text = copy.textContent;
+    return {clipped, fits100, pageOverflow: doc.scrollWidth - doc.clientWidth,
+            tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
+            widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
+}"""
+
+
+def _layout(browser: Any, url: str, width: int) -> dict[str, Any]:
+    context = browser.new_context(viewport={"width": width, "height": 900}, service_workers="block")
+    context.route("**/*", lambda r: r.continue_() if _is_local(r.request.url) else r.abort("blockedbyclient"))
+    page = context.new_page()
+    try:
+        page.goto(url, wait_until="load", timeout=30_000)
+        if page.evaluate("() => document.querySelectorAll('.math').length") > 0:
+            try:
+                page.wait_for_function(MATHJAX_DONE, timeout=MATHJAX_TIMEOUT_MS)
+            except PlaywrightTimeout:
+                pass  # test_page_works_offline reports math that does not typeset
+        return page.evaluate(LAYOUT_REPORT)
+    finally:
+        context.close()
+
+
+def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: Path) -> None:
+    """Issue #21: nothing clipped at desktop and phone widths, a 100-column print fits the desktop
+    column, no widget repr, no raw TeX commands outside math."""
+    if not (html_dir / f"{site_page}.html").is_file():
+        pytest.skip(f"no {site_page}.html in this build")
+    for width in LAYOUT_WIDTHS:
+        r = _layout(browser, f"{site_url}/{site_page}.html", width)
+        assert not r["clipped"], f"{site_page} at {width} px, clipped:\n  " + "\n  ".join(r["clipped"][:10])
+        assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
+        if width >= 1200:
+            assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"
+            assert not r["tex"], f"{site_page}: raw TeX in the visible text: {sorted(set(r['tex']))}"
+            assert r["widgetRepr"] == 0, f"{site_page}: a widget prints its repr instead of its static fallback"
