@@ -289,3 +289,14 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
             assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"
             assert not r["tex"], f"{site_page}: raw TeX in the visible text: {sorted(set(r['tex']))}"
             assert r["widgetRepr"] == 0, f"{site_page}: a widget prints its repr instead of its static fallback"
+
+
+def test_citations_read_author_year(html_dir: Path) -> None:
+    """Citations name the authors and year ([Hoffmann et al., 2022]), not an alpha label ([HBM+22]):
+    book/_config.yml sets bibtex_reference_style where Sphinx sees it."""
+    import re
+    page = (html_dir / "book" / "02_scaling.html").read_text(encoding="utf-8")
+    cites = re.findall(r'<a class="reference internal" href="references\.html#[^"]*"[^>]*>([^<]+)</a>', page)
+    assert cites, "chapter 2 cites nothing"
+    assert not [c for c in cites if re.fullmatch(r"[A-Z]{1,4}\+?\d{2}", c.strip())], f"alpha labels: {cites[:5]}"
+    assert any(re.search(r"(19|20)\d{2}", c) for c in cites), f"no year in the citations: {cites[:5]}"
