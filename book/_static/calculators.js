@@ -1,0 +1,389 @@
+/* Live calculators for the chapter pages: no kernel, no network, no framework (plain ES2015).
+ *
+ * Each one mirrors a course_lib function: the same formula, evaluated in the same order, and the
+ * same ValueError message for bad input (course_lib/_validate.py). The constants (peak FLOP/s,
+ * loss fits, limits) are not typed here: window.COURSE_CALC_DATA is generated from course_lib at
+ * build time (course_lib/site_data.py, book/_ext/course_calculators.py).
+ *
+ * A page asks for a calculator with <div class="course-calc" data-calc="NAME"></div>; this script
+ * fills it with labelled inputs and <output> elements that carry the full-precision result in
+ * data-value (tests/test_site_calculators.py compares it with Python to 1e-9).
+ */
+(function () {
+  "use strict";
+  var D = window.COURSE_CALC_DATA;
+
+  function CalcError(message) { this.message = message; }
+  function fail(message) { throw new CalcError(message); }
+  function ZeroDivision() {}
+
+  // ------------------------------------------------------------ Python's repr of what was typed
+  function pad2(n) { return n < 10 ? "0" + n : String(n); }
+
+  function pyFloatRepr(x) {
+    if (x !== x) return "nan";
+    if (x === Infinity) return "inf";
+    if (x === -Infinity) return "-inf";
+    if (x === 0) return 1 / x < 0 ? "-0.0" : "0.0";
+    var m = /^(-?)(\d)(?:\.(\d+))?e([+-]\d+)$/.exec(x.toExponential());  // shortest round-trip digits
+    var sign = m[1], digits = m[2] + (m[3] || ""), e = parseInt(m[4], 10);
+    if (e >= -4 && e < 16) {    // Python writes these without an exponent
+      if (e < 0) return sign + "0." + "0".repeat(-e - 1) + digits;
+      var whole = (digits + "0".repeat(Math.max(0, e + 1 - digits.length))).slice(0, e + 1);
+      return sign + whole + "." + (digits.slice(e + 1) || "0");
+    }
+    var mant = digits[0] + (digits.length > 1 ? "." + digits.slice(1) : "");
+    return sign + mant + "e" + (e < 0 ? "-" : "+") + pad2(Math.abs(e));
+  }
+
+  function pyStrRepr(s) {
+    var q = s.indexOf("'") >= 0 && s.indexOf('"') < 0 ? '"' : "'";
+    var body = s.replace(/\\/g, "\\\\");
+    if (q === "'") body = body.replace(/'/g, "\\'");
+    return q + body + q;
+  }
+
+  function show(repr) {    // _validate._show: a long value is shortened
+    return repr.length <= 40 ? repr : repr.slice(0, 20) + "..." + repr.slice(-8) + " (" + repr.length + " characters)";
+  }
+
+  var INT_RE = /^[+-]?\d+$/;
+  var FLOAT_RE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^[+-]?(nan|inf|infinity)$/i;
+
+  /* What a text field holds, read the way the test reads it for Python: an integer literal is an
+   * int, another float literal a float, anything else (empty included) the string itself. */
+  function parseField(text) {
+    var t = text.trim();
+    if (INT_RE.test(t)) {
+      var neg = t[0] === "-", digits = t.replace(/^[+-]/, "").replace(/^0+(?=\d)/, "");
+      var canon = (neg && digits !== "0" ? "-" : "") + digits;
+      return {isNum: true, isInt: true, num: Number(canon), repr: canon};
+    }
+    if (FLOAT_RE.test(t)) {
+      var low = t.toLowerCase(), num;
+      if (/nan/.test(low)) num = NaN;
+      else if (/inf/.test(low)) num = low[0] === "-" ? -Infinity : Infinity;
+      else num = Number(t);
+      return {isNum: true, isInt: false, num: num, repr: pyFloatRepr(num)};
+    }
+    return {isNum: false, isInt: false, num: NaN, repr: pyStrRepr(t)};
+  }
+
+  // ------------------------------------------------------------ _validate.py
+  function number(name, f) {
+    if (!f.isNum) fail(name + " must be a number, got " + show(f.repr));
+    if (f.isInt && !isFinite(f.num))
+      fail(name + " is too large (more than a float holds, ~1.8e308), got " + show(f.repr));
+    if (!isFinite(f.num)) fail(name + " must be finite, got " + show(f.repr));
+    return f.num;
+  }
+
+  function positive(name, f, allowZero) {
+    var v = number(name, f);
+    if (v < 0 || (v === 0 && !allowZero))
+      fail(name + " must be " + (allowZero ? "non-negative" : "positive") + ", got " + show(f.repr));
+    return v;
+  }
+
+  function intRepr(v) {    // Python's int(v) for an integral double, digit for digit
+    return typeof BigInt === "function" ? BigInt(v).toString() : String(v);
+  }
+
+  function positiveInt(name, f) {    // minimum 1, maximum 2**53
+    if (!f.isNum) fail(name + " must be an integer, got " + show(f.repr));
+    var repr = f.repr;
+    if (!f.isInt) {
+      var v = number(name, f);
+      if (v !== Math.floor(v)) fail(name + " must be an integer, got " + show(f.repr));
+      repr = intRepr(v);    // Python shows int(v) from here on
+    }
+    var digits = repr.replace(/^-/, ""), top = String(D.max_int);
+    if (repr[0] === "-" || digits === "0") fail(name + " must be >= 1, got " + show(repr));
+    if (digits.length > top.length || (digits.length === top.length && digits > top))
+      fail(name + " must be <= 2**53, got " + show(repr));
+    return Number(repr);
+  }
+
+  function utilisation(name, f) {
+    var u = positive(name, f, false);
+    if (u > 1) fail(name + " must be a fraction in (0, 1], got " + f.repr + " (45% is 0.45, not 45)");
+    return u;
+  }
+
+  function discount(name, f) {    // distill._discount
+    var d = positive(name, f, true);
+    if (d >= 1) fail(name + " must be a fraction in [0, 1), got " + f.repr + " (50% off is 0.5, not 50)");
+    return d;
+  }
+
+  function choice(name, value, options) {
+    if (options.indexOf(value) < 0)
+      fail(name + " must be one of " + options.map(pyStrRepr).join(", ") + "; got " + show(pyStrRepr(value)));
+    return value;
+  }
+
+  function peak(gpu, dtype) {    // hardware.Accelerator.peak
+    var peaks = D.accelerators[gpu];
+    return peaks[choice("dtype", dtype, Object.keys(peaks))];
+  }
+
+  function div(a, b) {    // Python float division: dividing by zero raises
+    if (b === 0) throw new ZeroDivision();
+    return a / b;
+  }
+
+  /* _validate.calculator: a division by zero or a non-finite result becomes a message naming the
+   * most extreme numeric inputs (within 10 decades of the largest |log10|). */
+  function culprits(args, zeroDivides) {
+    var mags = [], top = -Infinity;
+    args.forEach(function (a) {
+      var f = a[1];
+      if (typeof f !== "object" || !f.isNum || f.num !== f.num) return;
+      var m = f.num !== 0 ? Math.abs(Math.log10(Math.abs(f.num))) : (zeroDivides ? Infinity : null);
+      if (m === null) return;
+      mags.push([a[0], f, m]);
+      top = Math.max(top, m);
+    });
+    if (!mags.length) return args.map(function (a) { return a[0]; }).join(", ");
+    return mags.filter(function (x) { return x[2] >= top - 10; })
+      .map(function (x) { return x[0] + "=" + show(x[1].repr); }).join(", ");
+  }
+
+  function calculator(args, body) {
+    var result;
+    try {
+      result = body();
+    } catch (e) {
+      if (e instanceof ZeroDivision)
+        fail("inputs out of range: " + culprits(args, true) +
+             " (too large or too small for float arithmetic: float division by zero)");
+      throw e;
+    }
+    if ([].concat(result).some(function (x) { return !isFinite(x); }))
+      fail("inputs out of range: " + culprits(args, false) + " (too large or too small: the result overflows a float)");
+    return result;
+  }
+
+  // ------------------------------------------------------------ the course_lib functions
+  function trainingFlops(n, d) {    // flops.training_flops
+    return calculator([["n_params", n], ["n_tokens", d]], function () {
+      return 6.0 * positive("n_params", n) * positive("n_tokens", d);
+    });
+  }
+
+  function trainingDays(n, d, g, u, gpu, dtype) {    // flops.training_days
+    var args = [["n_params", n], ["n_tokens", d], ["n_gpus", g], ["mfu", u], ["gpu", gpu], ["dtype", dtype]];
+    return calculator(args, function () {
+      var c = trainingFlops(n, d);
+      var gv = positive("n_gpus", g), uv = utilisation("mfu", u);
+      return div(c, gv * peak(gpu, dtype) * uv) / D.seconds_per_day;
+    });
+  }
+
+  function computeOptimal(c, fit) {    // scaling.compute_optimal
+    return calculator([["compute", c], ["fit", fit]], function () {
+      choice("fit", fit, D.fit_names);
+      var cv = positive("compute", c), tpp = D.tokens_per_param;
+      if (fit === "tokens_per_param") {
+        var n0 = Math.sqrt(div(cv, 6.0 * tpp));
+        return [n0, tpp * n0];
+      }
+      var f = D.fits[fit], a = f.beta / (f.alpha + f.beta);
+      var G = Math.pow(f.alpha * f.A / (f.beta * f.B), 1.0 / (f.alpha + f.beta));
+      var n = G * Math.pow(cv / 6.0, a);
+      return [n, cv / (6.0 * n)];    // numpy: no exception, an inf the check reports
+    });
+  }
+
+  function zeroMemoryPerGpu(psiF, nF, stage, bppF) {    // memory.zero_memory_per_gpu
+    var args = [["n_params", psiF], ["dp_degree", nF], ["stage", stage], ["bytes_per_param", bppF]];
+    return calculator(args, function () {
+      var psi = positive("n_params", psiF), n = positiveInt("dp_degree", nF);
+      var s = stage.num;
+      if ([0, 1, 2, 3].indexOf(s) < 0) fail("stage must be 0 (plain DP), 1, 2 or 3, got " + show(stage.repr));
+      var b = positive("bytes_per_param", bppF, false);
+      if (b < 4) fail("bytes_per_param must be >= 4 (2 for bf16 weights + 2 for gradients), got " + bppF.repr);
+      return 2.0 * psi / (s >= 3 ? n : 1) + 2.0 * psi / (s >= 2 ? n : 1) + (b - 4) * psi / (s >= 1 ? n : 1);
+    });
+  }
+
+  function pipelineSizes(p, m, v) {
+    return [positiveInt("p", p), positiveInt("m", m), positiveInt("v", v)];
+  }
+
+  function bubbleFraction(p, m, v) {    // pipeline.bubble_fraction
+    return calculator([["p", p], ["m", m], ["v", v]], function () {
+      var s = pipelineSizes(p, m, v);
+      return (s[0] - 1) / (s[2] * s[1] + s[0] - 1);
+    });
+  }
+
+  function bubbleOverhead(p, m, v) {    // pipeline.bubble_overhead
+    return calculator([["p", p], ["m", m], ["v", v]], function () {
+      var s = pipelineSizes(p, m, v);
+      return (s[0] - 1) / (s[2] * s[1]);
+    });
+  }
+
+  function apiCost(out, pOut, inp, pIn, disc) {    // distill.api_cost
+    var args = [["output_tokens", out], ["price_out_per_mtok", pOut], ["input_tokens", inp],
+                ["price_in_per_mtok", pIn], ["batch_discount", disc]];
+    return calculator(args, function () {
+      var o = positive("output_tokens", out), po = positive("price_out_per_mtok", pOut);
+      var i = positive("input_tokens", inp, true), pi = positive("price_in_per_mtok", pIn, true);
+      var d = discount("batch_discount", disc);
+      return (o * po + i * pi) / D.mtok * (1.0 - d);
+    });
+  }
+
+  // ------------------------------------------------------------ the forms
+  function sci(x, unit) { return x.toPrecision(4).replace("e+", "e") + unit; }
+  function fmt(x, unit) {    // 4 significant digits; an exponent only for very large or small values
+    if (x !== 0 && (Math.abs(x) >= 1e6 || Math.abs(x) < 1e-3)) return sci(x, unit);
+    return Number(x.toPrecision(4)).toLocaleString("en-US", {maximumSignificantDigits: 4}) + unit;
+  }
+  function dtypes() {
+    var all = [];
+    Object.keys(D.accelerators).forEach(function (g) {
+      Object.keys(D.accelerators[g]).forEach(function (t) { if (all.indexOf(t) < 0) all.push(t); });
+    });
+    return all;
+  }
+  function text(name, label, value) { return {name: name, label: label, value: value}; }
+  function select(name, label, value, options) { return {name: name, label: label, value: value, options: options}; }
+
+  var CALCULATORS = {
+    training_days: {
+      title: "Training time: 6ND / (GPUs × peak × MFU)",
+      fields: function () {
+        return [text("n_params", "parameters N", "34e9"), text("n_tokens", "tokens D", "8e12"),
+                text("n_gpus", "GPUs", "1024"), text("mfu", "MFU (0-1)", "0.45"),
+                select("gpu", "accelerator", "H100-SXM", Object.keys(D.accelerators).map(function (g) { return [g, g]; })),
+                select("dtype", "precision", "bf16", dtypes().map(function (t) { return [t, t]; }))];
+      },
+      run: function (v) {
+        return [["flops", "compute", trainingFlops(v.n_params, v.n_tokens), function (x) { return sci(x, " FLOP"); }],
+                ["days", "training time", trainingDays(v.n_params, v.n_tokens, v.n_gpus, v.mfu, v.gpu, v.dtype),
+                 function (x) { return fmt(x, " days"); }]];
+      }
+    },
+    compute_optimal: {
+      title: "Compute-optimal size for a budget C = 6ND",
+      fields: function () {
+        return [text("compute", "compute C (FLOP)", "5.76e23"),
+                select("fit", "fit", "hoffmann", D.fit_names.map(function (f) { return [f, f]; }))];
+      },
+      run: function (v) {
+        var r = computeOptimal(v.compute, v.fit);
+        return [["n_params", "parameters N*", r[0], function (x) { return sci(x, ""); }],
+                ["n_tokens", "tokens D*", r[1], function (x) { return sci(x, ""); }]];
+      }
+    },
+    zero_memory: {
+      title: "Model-state memory per GPU under ZeRO",
+      fields: function () {
+        return [text("n_params", "parameters Ψ", "7.5e9"), text("dp_degree", "data-parallel degree n", "64"),
+                select("stage", "ZeRO stage", "3", [["0", "0 (plain DP)"], ["1", "1: optimizer state"],
+                                                   ["2", "2: + gradients"], ["3", "3: + parameters"]]),
+                text("bytes_per_param", "bytes per parameter", "16")];
+      },
+      run: function (v) {
+        return [["bytes", "per GPU", zeroMemoryPerGpu(v.n_params, v.dp_degree, parseField(v.stage), v.bytes_per_param),
+                 function (x) { return fmt(x / 1e9, " GB"); }]];
+      }
+    },
+    bubble: {
+      title: "Pipeline bubble",
+      fields: function () {
+        return [text("p", "stages p", "8"), text("m", "microbatches m", "32"), text("v", "chunks per rank v", "1")];
+      },
+      run: function (v) {
+        return [["fraction", "idle share of the step", bubbleFraction(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }],
+                ["overhead", "idle time / ideal time", bubbleOverhead(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }]];
+      }
+    },
+    api_cost: {
+      title: "Distillation bill at API prices",
+      fields: function () {
+        return [text("output_tokens", "output tokens", "1e12"), text("price_out_per_mtok", "$ per M output tokens", "25"),
+                text("input_tokens", "input tokens", "0"), text("price_in_per_mtok", "$ per M input tokens", "0"),
+                text("batch_discount", "batch discount (0-1)", "0.5")];
+      },
+      run: function (v) {
+        return [["dollars", "bill", apiCost(v.output_tokens, v.price_out_per_mtok, v.input_tokens, v.price_in_per_mtok,
+                                            v.batch_discount), function (x) { return "$" + fmt(x, ""); }]];
+      }
+    }
+  };
+
+  function el(tag, attrs, content) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (content !== undefined) e.textContent = content;
+    return e;
+  }
+
+  function build(box) {
+    var name = box.getAttribute("data-calc"), spec = CALCULATORS[name];
+    if (!spec || !D) return;
+    box.textContent = "";
+    var form = el("form", {"class": "course-calc-form", "aria-label": spec.title});
+    form.appendChild(el("p", {"class": "course-calc-title"}, spec.title));
+    var fields = spec.fields(), inputs = {};
+    fields.forEach(function (f) {
+      var id = "calc-" + name + "-" + f.name, row = el("div", {"class": "course-calc-field"});
+      row.appendChild(el("label", {"for": id}, f.label + " (" + f.name + ")"));
+      var input;
+      if (f.options) {
+        input = el("select", {id: id, name: f.name});
+        f.options.forEach(function (o) {
+          var attrs = o[0] === f.value ? {value: o[0], selected: ""} : {value: o[0]};
+          input.appendChild(el("option", attrs, o[1]));
+        });
+      } else {    // the value attribute keeps the default (form reset, defaultValue)
+        input = el("input", {id: id, name: f.name, type: "text", inputmode: "decimal", autocomplete: "off",
+                             spellcheck: "false", value: f.value});
+      }
+      inputs[f.name] = input;
+      row.appendChild(input);
+      form.appendChild(row);
+    });
+    var results = el("div", {"class": "course-calc-results", "aria-live": "polite"});
+    var error = el("p", {"class": "course-calc-error", role: "status"});
+    form.appendChild(results);
+    form.appendChild(error);
+    box.appendChild(form);
+
+    function update() {
+      var values = {};
+      fields.forEach(function (f) {
+        values[f.name] = f.options ? inputs[f.name].value : parseField(inputs[f.name].value);
+      });
+      results.textContent = "";
+      error.textContent = "";
+      try {
+        spec.run(values).forEach(function (r) {
+          var row = el("div", {"class": "course-calc-result"});
+          var id = "calc-" + name + "-out-" + r[0];
+          row.appendChild(el("span", {id: id + "-label"}, r[1] + ": "));
+          row.appendChild(el("output", {id: id, "data-key": r[0], "data-value": String(r[2]),
+                                        "aria-labelledby": id + "-label"}, r[3](r[2])));
+          results.appendChild(row);
+        });
+      } catch (e) {
+        if (!(e instanceof CalcError)) throw e;
+        error.textContent = e.message;
+      }
+    }
+    form.addEventListener("input", update);
+    form.addEventListener("change", update);
+    form.addEventListener("submit", function (ev) { ev.preventDefault(); update(); });
+    update();
+  }
+
+  function start() {
+    Array.prototype.forEach.call(document.querySelectorAll("div.course-calc[data-calc]"), build);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
