@@ -1,0 +1,266 @@
+"""The chapter pages' live calculators (book/_static/calculators.js) agree with course_lib.
+
+Chromium (the `browser` fixture of tests/test_site.py) opens each of the five chapter pages from
+the local server, types a grid of inputs into the calculator's fields, and reads what the page
+shows: every number (the full-precision `data-value` of its <output>) must equal course_lib's own
+function to 1e-9 relative, and every bad input (0, -1, empty, "abc", NaN, overflow, ...) must show
+exactly the ValueError message Python raises for the same text. Also checked: the constants the
+script uses are course_lib's (generated at build time, never typed twice), the fields work from
+the keyboard, the block fits a 390 px phone, and without JavaScript the page still reads.
+
+Set COURSE_HTML_DIR (tests/conftest.py) to test a book built elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
+
+from course_lib import distill, flops, hardware, memory, pipeline, scaling
+from course_lib.site_data import calculator_data
+
+REL = 1e-9
+# How a text field is read, by the page and here alike: an integer literal is an int, another
+# float literal a float, anything else (the empty string included) the string itself.
+INT_RE = re.compile(r"^[+-]?\d+$")
+FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^[+-]?(nan|inf|infinity)$", re.IGNORECASE)
+
+
+def py_value(text: str) -> object:
+    t = text.strip()
+    if INT_RE.match(t):
+        return int(t)
+    if FLOAT_RE.match(t):
+        return float(t)
+    return t
+
+
+# calculator -> (page, the course_lib call behind it: field values -> {output key: number})
+CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]] = {
+    "training_days": ("book/01_flops", lambda v: {
+        "flops": flops.training_flops(v["n_params"], v["n_tokens"]),
+        "days": flops.training_days(v["n_params"], v["n_tokens"], v["n_gpus"], v["mfu"], v["gpu"], v["dtype"])}),
+    "compute_optimal": ("book/02_scaling", lambda v: dict(zip(
+        ("n_params", "n_tokens"), scaling.compute_optimal(v["compute"], v["fit"])))),
+    "zero_memory": ("book/04_dp_fsdp", lambda v: {
+        "bytes": memory.zero_memory_per_gpu(v["n_params"], v["dp_degree"], v["stage"], v["bytes_per_param"])}),
+    "bubble": ("book/05_pipeline", lambda v: {
+        "fraction": pipeline.bubble_fraction(v["p"], v["m"], v["v"]),
+        "overhead": pipeline.bubble_overhead(v["p"], v["m"], v["v"])}),
+    "api_cost": ("book/09_distill", lambda v: {
+        "dollars": distill.api_cost(v["output_tokens"], v["price_out_per_mtok"], v["input_tokens"],
+                                    v["price_in_per_mtok"], v["batch_discount"])}),
+}
+
+# Values per field for the grid (a sample of their product); selects take their option values.
+GRIDS: dict[str, dict[str, list[str]]] = {
+    "training_days": {"n_params": ["1e6", "7e9", "34e9", "405e9", "1e15"], "n_tokens": ["1e9", "8e12", "15.6e12"],
+                      "n_gpus": ["1", "8", "1024", "24576", "0.5"], "mfu": ["0.05", "0.45", "1"],
+                      "gpu": list(hardware.ACCELERATORS), "dtype": ["bf16", "fp8", "fp32", "int8"]},
+    "compute_optimal": {"compute": [f"{10.0 ** e:g}" for e in range(-300, 310, 10)] + ["5.76e23", "3.14e23"],
+                        "fit": list(scaling.FIT_NAMES)},
+    "zero_memory": {"n_params": ["1", "1e6", "7.5e9", "70e9", "405e9", "1e15"],
+                    "dp_degree": ["1", "2", "64", "1000", "16384", "8.0"], "stage": ["0", "1", "2", "3"],
+                    "bytes_per_param": ["4", "12", "16", "18.5", "3"]},
+    "bubble": {"p": ["1", "2", "4", "8", "64"], "m": ["1", "4", "8", "32", "1000"], "v": ["1", "2", "4"]},
+    "api_cost": {"output_tokens": ["1", "1e9", "1e12"], "price_out_per_mtok": ["0.5", "25", "75"],
+                 "input_tokens": ["0", "2e11", "1e13"], "price_in_per_mtok": ["0", "5", "15"],
+                 "batch_discount": ["0", "0.5", "0.99", "1"]},
+}
+# Typed into one field at a time (the others at their defaults). The first five are the issue's.
+BAD = ["0", "-1", "", "abc", "NaN", "nan", "inf", "-inf", "1e400", "2.5", "-0.0", "45", "0.0", "1e20",
+       " 8 ", "1_000", "1" + "0" * 400, "'quoted'", "9007199254740993", "1e-320",
+       # negative, so the message shows Python's repr of each float format
+       "-1e-05", "-0.0001", "-1e16", "-9999999999999998.0", "-1.5e+300", "-123.456", "-5e-324", "-007"]
+# Combinations that overflow or divide by an underflowed product.
+EXTREME: dict[str, list[dict[str, str]]] = {
+    "training_days": [{"n_params": "1e300", "n_tokens": "1e300"}, {"n_gpus": "1e-320", "mfu": "1e-300"},
+                      {"n_params": "1e200", "n_tokens": "1e100", "n_gpus": "1e-300"}],
+    "compute_optimal": [{"compute": "5e-324"}],
+    "zero_memory": [{"n_params": "1e308"}, {"n_params": "1e308", "bytes_per_param": "1e10"}],
+    "bubble": [],
+    "api_cost": [{"output_tokens": "1e300", "price_out_per_mtok": "1e300"}],
+}
+# Extreme inputs that still compute: the page must agree here too.
+EXTREME_OK: dict[str, list[dict[str, str]]] = {
+    "training_days": [{"n_params": "1e-300", "n_tokens": "1e-300"}],
+    "compute_optimal": [{"compute": "1e308"}, {"compute": "1e308", "fit": "tokens_per_param"}],
+    "zero_memory": [{"n_params": "5e-324", "dp_degree": "9007199254740992"}],
+    "bubble": [{"p": "9007199254740992", "m": "9007199254740992", "v": "9007199254740992"}],
+    "api_cost": [{"price_out_per_mtok": "5e-324"}],
+}
+
+# Fill the named fields (the rest keep their defaults), fire one `input` event, read the result.
+DRIVE = """([name, cases]) => {
+    const box = document.querySelector(`div.course-calc[data-calc="${name}"]`);
+    const fields = [...box.querySelectorAll('input, select')];
+    const initial = e => e.tagName === 'SELECT' ? [...e.options].find(o => o.defaultSelected).value : e.defaultValue;
+    const defaults = Object.fromEntries(fields.map(e => [e.name, initial(e)]));
+    const form = box.querySelector('form');
+    return cases.map(c => {
+        for (const e of fields) e.value = (e.name in c) ? c[e.name] : defaults[e.name];
+        form.dispatchEvent(new Event('input', {bubbles: true}));
+        const out = {};
+        for (const o of box.querySelectorAll('output[data-key]')) out[o.dataset.key] = o.dataset.value;
+        const values = Object.fromEntries(fields.map(e => [e.name, e.value]));
+        return {values, out, error: box.querySelector('.course-calc-error').textContent};
+    });
+}"""
+DEFAULTS = """(name) => Object.fromEntries([...document.querySelectorAll(
+    `div.course-calc[data-calc="${name}"] input, div.course-calc[data-calc="${name}"] select`)]
+    .map(e => [e.name, e.value]))"""
+
+
+@pytest.fixture(scope="module")
+def pages(browser: Any, site_url: str, html_dir: Path) -> Iterator[Callable[[str], Any]]:  # noqa: F811
+    """One open page per chapter (loaded once); page errors fail the test that loaded it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    opened: dict[str, Any] = {}
+
+    def get(docname: str) -> Any:
+        if docname not in opened:
+            if not (html_dir / f"{docname}.html").is_file():
+                pytest.skip(f"no {docname}.html in this build")
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
+            assert not errors, f"{docname}: JavaScript errors: {errors}"
+            opened[docname] = page
+        return opened[docname]
+
+    try:
+        yield get
+    finally:
+        context.close()
+
+
+def _python(name: str, texts: dict[str, str]) -> tuple[dict[str, float] | None, str]:
+    try:
+        return CALCULATORS[name][1]({k: py_value(t) for k, t in texts.items()}), ""
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def _check(page: Any, name: str, cases: list[dict[str, str]]) -> int:
+    """Drive ``cases`` through the page; assert each agrees with Python. Returns how many raised."""
+    errors = 0
+    for got in page.evaluate(DRIVE, [name, cases]):
+        want, message = _python(name, got["values"])
+        where = f"{name} with {got['values']}"
+        if want is None:
+            errors += 1
+            assert got["error"] == message, f"{where}: page says {got['error']!r}, Python {message!r}"
+            assert not got["out"], f"{where}: an error, yet outputs are shown"
+            continue
+        assert not got["error"], f"{where}: page says {got['error']!r}, Python returns {want}"
+        assert set(got["out"]) == set(want), where
+        for key, value in want.items():
+            js = float(got["out"][key])
+            assert math.isclose(js, value, rel_tol=REL, abs_tol=0.0), f"{where}: {key} {js!r} != {value!r}"
+    return errors
+
+
+@pytest.mark.parametrize("name", list(CALCULATORS))
+def test_calculator_agrees_with_course_lib_on_a_grid(pages: Callable[[str], Any], name: str) -> None:
+    page = pages(CALCULATORS[name][0])
+    grid = GRIDS[name]
+    combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    if len(combos) > 600:
+        combos = random.Random(0).sample(combos, 600)
+    errors = _check(page, name, combos)
+    assert errors < len(combos), f"{name}: every grid point failed"
+    assert _check(page, name, [{}]) == 0, f"{name}: the defaults do not compute"
+
+
+@pytest.mark.parametrize("name", list(CALCULATORS))
+def test_bad_input_shows_the_python_message(pages: Callable[[str], Any], name: str) -> None:
+    page = pages(CALCULATORS[name][0])
+    defaults = page.evaluate(DEFAULTS, name)
+    text_fields = [k for k in defaults if k in GRIDS[name] and not _is_select(page, name, k)]
+    assert text_fields, name
+    for field in text_fields:
+        cases = [{field: bad} for bad in BAD]
+        _check(page, name, cases)
+        for bad in ("", "abc", "NaN", "-1"):   # these are wrong for every field of every calculator
+            got = page.evaluate(DRIVE, [name, [{field: bad}]])[0]
+            assert got["error"].startswith(field + " "), f"{name}.{field}={bad!r}: {got['error']!r}"
+    assert _check(page, name, EXTREME[name]) == len(EXTREME[name]), f"{name}: an extreme input computed"
+    assert _check(page, name, EXTREME_OK[name]) == 0, f"{name}: an extreme but valid input raised"
+
+
+def _is_select(page: Any, name: str, field: str) -> bool:
+    return page.evaluate("([n, f]) => document.querySelector(`div.course-calc[data-calc=\"${n}\"] "
+                         "[name=\"${f}\"]`).tagName === 'SELECT'", [name, field])
+
+
+def test_constants_come_from_course_lib(pages: Callable[[str], Any], html_dir: Path) -> None:
+    """The page's constants are course_lib's, generated at build time, never typed in the script."""
+    shipped = (html_dir / "_static" / "calculators_data.js").read_text(encoding="utf-8")
+    prefix = "window.COURSE_CALC_DATA = "
+    assert shipped.startswith(prefix)
+    data = json.loads(shipped[len(prefix):].strip().rstrip(";"))
+    assert data == calculator_data()
+    assert data["accelerators"]["H100-SXM"]["bf16"] == hardware.get_accelerator("H100-SXM").peak("bf16")
+    assert data["fits"]["besiroglu"]["beta"] == scaling.FITS["besiroglu"].beta
+    in_page = pages("book/01_flops").evaluate("() => window.COURSE_CALC_DATA")
+    assert in_page == json.loads(json.dumps(calculator_data()))
+    script = (html_dir / "_static" / "calculators.js").read_text(encoding="utf-8")
+    for typed in ("989", "406.4", "410.7", "0.34", "86400", "86_400", "9007199254740992"):
+        assert typed not in script, f"calculators.js types the constant {typed}; take it from COURSE_CALC_DATA"
+
+
+def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
+    """Tab reaches every field in order, typing updates the result, and the block fits 390 px."""
+    if not (html_dir / "book/05_pipeline.html").is_file():
+        pytest.skip("no chapter 5 in this build")
+    context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    try:
+        page = context.new_page()
+        page.goto(f"{site_url}/book/05_pipeline.html", wait_until="load", timeout=30_000)
+        box = 'div.course-calc[data-calc="bubble"]'
+        page.focus(f"{box} [name=p]")
+        page.keyboard.press("Control+A")
+        page.keyboard.type("4")
+        page.keyboard.press("Tab")
+        assert page.evaluate("() => document.activeElement.name") == "m"
+        page.keyboard.press("Control+A")
+        page.keyboard.type("12")
+        value = float(page.get_attribute(f"{box} output[data-key=fraction]", "data-value"))
+        assert math.isclose(value, pipeline.bubble_fraction(4, 12), rel_tol=REL)
+        page.keyboard.press("Control+A")
+        page.keyboard.type("0")
+        assert page.text_content(f"{box} .course-calc-error") == "m must be >= 1, got 0"
+        for name, (docname, _) in CALCULATORS.items():
+            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
+            fit = page.evaluate("""(sel) => { const b = document.querySelector(sel).getBoundingClientRect();
+                const e = document.querySelector(sel);
+                return {right: b.right, width: innerWidth, overflow: e.scrollWidth - e.clientWidth}; }""",
+                                f'div.course-calc[data-calc="{name}"]')
+            assert fit["right"] <= fit["width"] and fit["overflow"] <= 1, f"{name} at 390 px: {fit}"
+    finally:
+        context.close()
+
+
+def test_pages_read_without_javascript(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
+    """With JavaScript off the block says what it is and the chapter's own numbers are still there."""
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        for name, (docname, _) in CALCULATORS.items():
+            if not (html_dir / f"{docname}.html").is_file():
+                continue
+            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
+            text = page.text_content(f'div.course-calc[data-calc="{name}"]')
+            assert "appears here when JavaScript runs" in text, name
+    finally:
+        context.close()
