@@ -29,6 +29,7 @@ from course_lib import distill, flops, hardware, memory, pipeline, scaling
 from course_lib.site_data import calculator_data
 
 REL = 1e-9
+SCRIPT = Path(__file__).resolve().parents[1] / "book" / "_static" / "calculators.js"
 # How a text field is read, by the page and here alike: an integer literal is an int, another
 # float literal a float, anything else (the empty string included) the string itself.
 INT_RE = re.compile(r"^[+-]?\d+$")
@@ -214,9 +215,18 @@ def test_constants_come_from_course_lib(pages: Callable[[str], Any], html_dir: P
     assert data["fits"]["besiroglu"]["beta"] == scaling.FITS["besiroglu"].beta
     in_page = pages("book/01_flops").evaluate("() => window.COURSE_CALC_DATA")
     assert in_page == json.loads(json.dumps(calculator_data()))
-    script = (html_dir / "_static" / "calculators.js").read_text(encoding="utf-8")
-    for typed in ("989", "406.4", "410.7", "0.34", "86400", "86_400", "9007199254740992"):
+    assert (html_dir / "_static" / "calculators.js").read_bytes() == SCRIPT.read_bytes()
+
+
+def test_script_types_no_constant() -> None:
+    """No browser or build needed: calculators.js takes every course_lib constant from the data."""
+    script = SCRIPT.read_text(encoding="utf-8")
+    for typed in ("989", "406.4", "410.7", "0.34", "1.69", "86400", "86_400", "9007199254740992", "2 ** 53"):
         assert typed not in script, f"calculators.js types the constant {typed}; take it from COURSE_CALC_DATA"
+    assert "http:" not in script and "https:" not in script and "fetch(" not in script
+    data = calculator_data()
+    assert json.loads(json.dumps(data)) == data, "the data must be plain JSON"
+    assert set(data["fits"]) | {"tokens_per_param"} == set(data["fit_names"]) == set(scaling.FIT_NAMES)
 
 
 def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
@@ -262,5 +272,19 @@ def test_pages_read_without_javascript(browser: Any, site_url: str, html_dir: Pa
             page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
             text = page.text_content(f'div.course-calc[data-calc="{name}"]')
             assert "appears here when JavaScript runs" in text, name
+    finally:
+        context.close()
+
+
+def test_calculator_works_from_the_file_system(browser: Any, html_dir: Path) -> None:  # noqa: F811
+    """Readers open _build/html/... directly: the data is a script, not a fetch(), so file:// works."""
+    if not (html_dir / "book/01_flops.html").is_file():
+        pytest.skip("no chapter 1 in this build")
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto((html_dir / "book/01_flops.html").as_uri(), wait_until="load", timeout=30_000)
+        value = page.get_attribute('div.course-calc[data-calc="training_days"] output[data-key=days]', "data-value")
+        assert value is not None and math.isclose(float(value), flops.training_days(34e9, 8e12, 1024, 0.45), rel_tol=REL)
     finally:
         context.close()
