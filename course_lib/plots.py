@@ -15,13 +15,14 @@ import matplotlib
 MEASURED = "#D55E00"   # vermillion: what a run measured
 THEORY = "#0072B2"     # blue: what a formula predicts
 ACCENT = "#E69F00"     # orange: a third series / annotation
-NEUTRAL = "#56B4E9"    # sky blue: a fourth series
-PALETTE = [THEORY, MEASURED, ACCENT, NEUTRAL, "#009E73", "#CC79A7"]   # + bluish green, reddish purple
+NEUTRAL = "#CC79A7"    # reddish purple: a fourth series
+# the four above differ in greyscale luminance by >= 0.07 (tests/test_plots.py), so they also read in print
+PALETTE = [THEORY, MEASURED, ACCENT, NEUTRAL, "#009E73", "#56B4E9"]   # + bluish green, sky blue
 
 STYLE = {
     "figure.figsize": (6.4, 3.8),
-    "figure.dpi": 150,     # sharp on high-density screens; the site scales images to the column
-    "savefig.dpi": 150,
+    "figure.dpi": 100,     # notebooks render at 2x this (retina PNG, see figure()); the repr keeps 640x380
+    "savefig.dpi": 150,    # book figures written by save()
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
@@ -33,9 +34,24 @@ STYLE = {
 }
 
 
+def _sharp_inline_figures() -> None:
+    """In a Jupyter kernel, render inline figures as 2x ("retina") PNG: 200 dpi images, sharp on
+    high-density screens and on the site, while a figure's size and repr stay those of 100 dpi, so
+    stored notebook outputs still compare equal. Outside a kernel this does nothing."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        set_matplotlib_formats("retina")
+
+
 def figure(ncols: int = 1, nrows: int = 1, **kwargs):
     """A styled ``(fig, axes)`` pair; kwargs go to ``plt.subplots``."""
     import matplotlib.pyplot as plt
+    _sharp_inline_figures()
     with matplotlib.rc_context(STYLE):
         fig, axes = plt.subplots(nrows, ncols, **kwargs)
     fig.set_layout_engine("constrained")
