@@ -4,7 +4,8 @@
 gives each a process group (gloo on CPU, NCCL when there is one GPU per rank), calls
 ``worker(ctx, steps=3)`` in every rank and returns the ranks' return values in rank order.
 
-Guarantees, each covered by a test: a free port is picked for the rendezvous; the process group
+Guarantees, each covered by a test: the launcher itself holds the rendezvous store, on a port the
+operating system picked (so concurrent launches never race for a port); the process group
 and the whole run have timeouts; if any rank raises, ``launch`` raises ``RankError`` carrying
 that rank's traceback; if a rank hangs or dies, ``launch`` raises instead of waiting forever, and
 a rank that died (its exit code or signal) is named before the peers that only lost it; and
@@ -90,6 +91,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _rendezvous_store(world_size: int, timeout: float):
+    """The TCPStore the ranks meet at, served by the launching process on a port the OS picks.
+
+    Picking a free port and handing it to rank 0 to bind leaves a window in which another launch
+    (another notebook, a parallel test) can take it; a store bound to port 0 has no such window."""
+    import torch.distributed as tdist
+    return tdist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=timeout))
+
+
 def default_backend(world_size: int) -> str:
     """NCCL when every rank can have its own CUDA device, gloo otherwise."""
     import torch
@@ -159,8 +170,9 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         import torch
         import torch.distributed as dist
         torch.set_num_threads(threads)
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         try:
             report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),
                                                         **kwargs)))
@@ -267,7 +279,8 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
     spec = _worker_spec(worker)
     ctx = _mp_context()
-    port = free_port()
+    store = _rendezvous_store(world_size, timeout)   # held here, so its port cannot be taken meanwhile
+    port = store.port
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]   # one (reader, writer) per rank
     procs = [ctx.Process(target=_rank_main, name=f"course-rank-{r}",
                          args=(r, world_size, port, backend, timeout, threads, spec, kwargs, w))
@@ -286,6 +299,7 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
         for reader, writer in pipes:
             reader.close()
             writer.close()
+        del store
 
 
 def _collect(procs: list, readers: list, deadline: float, timeout: float) -> dict[int, tuple]:

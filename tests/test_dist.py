@@ -171,6 +171,15 @@ def test_bad_arguments_name_themselves(bad, match):
         dist.launch(report_pid, **bad)
 
 
+def test_concurrent_launches_never_share_a_rendezvous():
+    # the launcher holds each run's store on a port the OS gave it: four runs at once (other
+    # notebooks, parallel test workers) all meet their own ranks
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(4) as pool:
+        runs = list(pool.map(lambda n: dist.launch(allreduce_rank_sum, world_size=2, n=n), [1, 2, 3, 4]))
+    assert [[o["sum"] for o in out] for out in runs] == [[[3.0] * n] * 2 for n in (1, 2, 3, 4)]
+
+
 def test_free_port_is_bindable():
     import socket
     port = dist.free_port()
