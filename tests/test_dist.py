@@ -257,7 +257,8 @@ def test_same_worker_runs_under_torchrun():
     import subprocess
     import sys
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    out = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "course_lib.dist",
+    # --standalone: a rendezvous on a free port, not torchrun's fixed default 29500
+    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "course_lib.dist",
                           "course_lib.dist_demos:allreduce_check", "--kwargs", '{"n": 3}'],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
