@@ -6,7 +6,10 @@ search.html and genindex.html. Any request to another host is recorded and abort
 that still depends on a CDN fails here even on a machine that has network access.
 
 Skipped only when /usr/bin/chromium is missing and CI is not set; under CI a missing browser fails.
-Screenshots of the landing page and chapter 1 go to build/test-artifacts/screenshots/.
+Each page is loaded once: the offline checks and the layout at 1280 px run on that load, then the
+same page is narrowed to 390 px (a phone) and measured again. A screenshot of every page at both
+widths goes to build/test-artifacts/screenshots/ (NAME-1280.jpg, NAME-390.jpg), so a reviewer can
+look at the site without building it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-ru
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 LOCAL_SCHEMES = {"data", "blob", "about", "file"}
 SCREENSHOTS = ROOT / "build" / "test-artifacts" / "screenshots"
-SCREENSHOT_PAGES = {"book/index": "index.png", "book/01_flops": "01_flops.png"}
 MATHJAX_TIMEOUT_MS = 30_000
 
 # Math nodes written by Sphinx/MyST (MathJax's own HTML-CSS output also uses class "math").
@@ -109,6 +111,7 @@ class Visit:
     broken_images: list[str] = field(default_factory=list)
     mathjax: dict[str, Any] | None = None
     collected: Any = None
+    layouts: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         out = []
@@ -125,8 +128,13 @@ def _is_local(url: str) -> bool:
 
 
 def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: str | None = None,
-          collect: str | None = None, redirects_to: str | None = None) -> Visit:
-    """Open `url` in a fresh browser context; record everything the page asks for and reports."""
+          collect: str | None = None, redirects_to: str | None = None,
+          layout_widths: tuple[int, ...] = ()) -> Visit:
+    """Open `url` in a fresh browser context; record everything the page asks for and reports.
+
+    With ``layout_widths`` (the first must be the 1280 px it opens at) the page's layout report is
+    taken at each width in turn, resizing the same page, with a screenshot at each when
+    ``screenshot`` is given (its stem gets ``-WIDTH`` appended)."""
     result = Visit(url)
     context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
 
@@ -165,21 +173,42 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
         page.wait_for_load_state("networkidle", timeout=10_000)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
+        for width in layout_widths:
+            if width != page.viewport_size["width"]:
+                page.set_viewport_size({"width": width, "height": 900})
+            result.layouts[width] = page.evaluate(LAYOUT_REPORT)
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot.with_name(f"{screenshot.stem}-{width}.jpg")), full_page=True, quality=70)
+        if screenshot is not None and not layout_widths:
             page.screenshot(path=str(screenshot), full_page=True)
     finally:
         context.close()
     return result
 
 
-def test_page_works_offline(browser: Any, site_page: str, site_url: str, html_dir: Path) -> None:
+@pytest.fixture(scope="module")
+def page_visits() -> dict[str, Visit]:
+    """One load per page, shared by the offline check and the layout check of that page."""
+    return {}
+
+
+def _page_visit(visits: dict[str, Visit], browser: Any, site_url: str, site_page: str) -> Visit:
+    if site_page not in visits:
+        shot = SCREENSHOTS / site_page.replace("/", "__")
+        visits[site_page] = visit(browser, f"{site_url}/{site_page}.html", screenshot=shot,
+                                  layout_widths=LAYOUT_WIDTHS)
+    return visits[site_page]
+
+
+def test_page_works_offline(browser: Any, site_page: str, site_url: str, html_dir: Path,
+                            page_visits: dict[str, Visit]) -> None:
     if not (html_dir / f"{site_page}.html").is_file():
         if site_page == "genindex":
             pytest.skip("no genindex.html in this build")
         pytest.fail(f"{site_page}.html was not built")
     source = (html_dir / f"{site_page}.html").read_text(encoding="utf-8")
     has_math = 'class="math' in source
-    shot = SCREENSHOTS / SCREENSHOT_PAGES[site_page] if site_page in SCREENSHOT_PAGES else None
-    v = visit(browser, f"{site_url}/{site_page}.html", screenshot=shot)
+    v = _page_visit(page_visits, browser, site_url, site_page)
 
     assert v.status == 200, f"{site_page}: HTTP {v.status}"
     assert not v.problems(), f"{site_page}:\n  " + "\n  ".join(v.problems())
@@ -217,7 +246,7 @@ def test_book_opens_from_the_file_system(browser: Any, html_dir: Path) -> None:
 
 
 # ------------------------------------------------------------------ layout (issue #21): readable pages
-LAYOUT_WIDTHS = (1280, 390)
+LAYOUT_WIDTHS = (1280, 390)   # the first is the width visit() opens a page at
 # In the article: every block whose content is wider than its box scrolls (overflow-x auto/scroll),
 # and nothing outside a scrolling box sticks out past the column (which would be cut off or widen
 # the page). Inline boxes and MathJax internals are skipped; MathJax display math scrolls itself.
@@ -260,29 +289,16 @@ LAYOUT_REPORT = """() => {
 }"""
 
 
-def _layout(browser: Any, url: str, width: int) -> dict[str, Any]:
-    context = browser.new_context(viewport={"width": width, "height": 900}, service_workers="block")
-    context.route("**/*", lambda r: r.continue_() if _is_local(r.request.url) else r.abort("blockedbyclient"))
-    page = context.new_page()
-    try:
-        page.goto(url, wait_until="load", timeout=30_000)
-        if page.evaluate("() => document.querySelectorAll('.math').length") > 0:
-            try:
-                page.wait_for_function(MATHJAX_DONE, timeout=MATHJAX_TIMEOUT_MS)
-            except PlaywrightTimeout:
-                pass  # test_page_works_offline reports math that does not typeset
-        return page.evaluate(LAYOUT_REPORT)
-    finally:
-        context.close()
-
-
-def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: Path) -> None:
+def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: Path,
+                         page_visits: dict[str, Visit]) -> None:
     """Issue #21: nothing clipped at desktop and phone widths, a 100-column print fits the desktop
     column, no widget repr, no raw TeX commands outside math."""
     if not (html_dir / f"{site_page}.html").is_file():
         pytest.skip(f"no {site_page}.html in this build")
+    layouts = _page_visit(page_visits, browser, site_url, site_page).layouts
+    assert sorted(layouts) == sorted(LAYOUT_WIDTHS), f"{site_page}: measured at {sorted(layouts)} px only"
     for width in LAYOUT_WIDTHS:
-        r = _layout(browser, f"{site_url}/{site_page}.html", width)
+        r = layouts[width]
         assert not r["clipped"], f"{site_page} at {width} px, clipped:\n  " + "\n  ".join(r["clipped"][:10])
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
         if width >= 1200:
