@@ -26,6 +26,7 @@ CALCULATORS = [
     ("pipeline", "bubble_fraction"), ("pipeline", "bubble_overhead"), ("pipeline", "min_microbatches"),
     ("numerics", "sequential_sum"), ("moe", "expert_capacity"), ("moe", "dropped_tokens"),
     ("distill", "api_cost"), ("hardware", "get_accelerator"),
+    ("faults", "cluster_mtbf"), ("faults", "optimal_checkpoint_interval"), ("faults", "goodput"),
 ]
 
 

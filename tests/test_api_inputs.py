@@ -33,14 +33,18 @@ OTHERS = [
     ("moe", "expected_drop_fraction"), ("distill", "distillation_cost"), ("distill", "gpu_hours"),
     ("distill", "pretraining_cost"), ("distill", "inference_cost"), ("distill", "break_even_tokens"),
     ("distill", "distill_calculator"),
+    ("faults", "implied_gpu_mtbf"), ("faults", "daly_checkpoint_interval"), ("faults", "goodput_exponential"),
+    ("faults", "expected_lost_seconds"), ("faults", "checkpoint_bytes_per_rank"), ("faults", "save_seconds"),
+    ("faults", "async_blocking_seconds"),
 ]
-MODULES = ("flops", "scaling", "memory", "comm", "pipeline", "numerics", "moe", "distill", "hardware")
+MODULES = ("flops", "scaling", "memory", "comm", "pipeline", "numerics", "moe", "distill", "hardware", "faults")
 # Public functions of those modules that are not plain-number calculators (arrays, models, plots).
 NOT_CALCULATORS = {"gpt_params", "get_fit", "fit_power_law", "fit_loss", "isoflop_minimum", "simulate",
                    "resolve_dtype", "format_info", "ulp_table", "running_sum", "pairwise_sum", "kahan_sum",
                    "stochastic_round", "stochastic_sum", "compare_summation", "token_choice", "expert_choice",
                    "mask_router", "switch_aux_loss", "entropy", "cross_entropy", "kl_divergence",
-                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup"}
+                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup",
+                   "simulate_goodput"}
 
 # One valid value per argument name (names mean the same thing in every module) ...
 VALID = dict(
@@ -57,6 +61,9 @@ VALID = dict(
     hidden_per_visible=1.0, flops_per_param_token=6.0, gpu_hour_price=2.0, budget_dollars=1e6,
     teacher_params=405e9, teacher_tokens=15.6e12, gpu="H100", dtype="bf16", fit="hoffmann", name="H100",
     method="auto", recompute=False, causal=True, overlap=True, reshard_after_forward=True,
+    gpu_mtbf_seconds=1.8e8, save_seconds=60.0, mtbf_seconds=1.1e4, interval_seconds=1800.0,
+    restart_seconds=600.0, n_failures=419, duration_seconds=4.7e6, n_ranks=1024, checkpoint_bytes=6.5e12,
+    n_writers=1024, writer_bandwidth=2e9, storage_bandwidth=2e12, copy_bandwidth=25e9,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
@@ -64,7 +71,7 @@ OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": d
 # Arguments for which 0 or a negative number is a valid input.
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",
-           "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x"}
+           "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds"}
 NEGATIVE_OK = {"value", "increment", "x"}
 # Where an infinite answer is the true one (a running sum that overflows the format).
 INF_OK = {"sequential_sum", "stall_point"}

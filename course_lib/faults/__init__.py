@@ -1,0 +1,12 @@
+"""Chapter 12, failures at scale: the failure arithmetic (``arithmetic``: MTBF, checkpoint
+interval, goodput, checkpoint sizes and save times) and, in their own modules, the real runs on
+CPU processes — an elastic ``torchrun`` job that survives SIGKILL (``elastic``), sharded and
+asynchronous ``torch.distributed.checkpoint`` saves (``dcp_demo``) and a straggler monitor
+(``monitor``)."""
+from .arithmetic import (LLAMA3, async_blocking_seconds, checkpoint_bytes_per_rank, cluster_mtbf,
+                         daly_checkpoint_interval, expected_lost_seconds, goodput, goodput_exponential,
+                         implied_gpu_mtbf, optimal_checkpoint_interval, save_seconds, simulate_goodput)
+
+__all__ = ["LLAMA3", "cluster_mtbf", "implied_gpu_mtbf", "optimal_checkpoint_interval",
+           "daly_checkpoint_interval", "goodput", "goodput_exponential", "expected_lost_seconds",
+           "checkpoint_bytes_per_rank", "save_seconds", "async_blocking_seconds", "simulate_goodput"]

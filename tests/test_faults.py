@@ -1,0 +1,115 @@
+"""Chapter 12's failure arithmetic: Llama 3's figures, Young's and Daly's optima against the exact
+optimum, the goodput formulas against a Monte Carlo run of the policy, checkpoint sizes and save
+times, bad input, and the command line."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from course_lib import faults, memory
+from course_lib.__main__ import main
+
+DAY = 86400.0
+
+
+def _argmax(fn, lo: float, hi: float) -> float:
+    """The maximiser of a unimodal ``fn`` on [lo, hi], on a fine log grid."""
+    grid = np.geomspace(lo, hi, 20001)
+    return float(grid[np.argmax([fn(t) for t in grid])])
+
+
+def test_llama3_figures_imply_a_gpu_mtbf_of_years_and_a_job_mtbf_of_hours():
+    L = faults.LLAMA3
+    gpu = faults.implied_gpu_mtbf(L["unexpected"], L["days"] * DAY, L["n_gpus"])
+    assert gpu == pytest.approx(16_384 * 54 * DAY / 419)
+    assert 5.7 < gpu / (365.25 * DAY) < 5.9                   # ~5.8 years per GPU
+    job = faults.cluster_mtbf(gpu, L["n_gpus"])
+    assert job == pytest.approx(54 * DAY / 419) and 3.0 < job / 3600 < 3.2   # one every ~3.1 h
+    assert faults.cluster_mtbf(gpu, 2 * L["n_gpus"]) == pytest.approx(job / 2)
+
+
+def test_young_is_the_first_order_optimum_and_daly_the_better_one_at_large_save_times():
+    m, r = 10_000.0, 300.0
+    for d in (0.1, 1.0):   # δ ≪ M: Young maximises the first-order goodput (restart time aside:
+        best = _argmax(lambda t, d=d: faults.goodput(t, d, 0.0, m), 1.0, m)   # R scales M by 1 − R/M)
+        assert faults.optimal_checkpoint_interval(d, m) == pytest.approx(best, rel=0.02)
+    for d in (100.0, 1000.0, 5000.0):   # the exact Poisson optimum: Daly is closer than Young
+        best = _argmax(lambda t, d=d: faults.goodput_exponential(t, d, r, m), 1.0, 5 * m)
+        young, daly = faults.optimal_checkpoint_interval(d, m), faults.daly_checkpoint_interval(d, m)
+        assert abs(daly - best) < abs(young - best)
+        assert daly == pytest.approx(best, rel=0.02)
+    assert faults.daly_checkpoint_interval(3 * m, m) == m    # δ ≥ 2M: no checkpoint pays
+
+
+@pytest.mark.parametrize("tau, d, r, m", [(600.0, 30.0, 300.0, 11_000.0), (3000.0, 600.0, 600.0, 11_000.0),
+                                          (100.0, 10.0, 0.0, 500.0)])
+def test_goodput_models_agree_with_a_monte_carlo_run_of_the_policy(tau, d, r, m):
+    sim = faults.simulate_goodput(tau, d, r, m, n_failures=4000, seed=1)
+    exact = faults.goodput_exponential(tau, d, r, m)
+    assert sim["goodput"] == pytest.approx(exact, abs=0.01)
+    # first order: good while the period is short against M, and pessimistic, never optimistic
+    first = faults.goodput(tau, d, r, m)
+    assert first <= exact + 1e-9 and exact - first < 2 * ((tau + d + r) / m) ** 2 + 0.005
+    # the work lost per failure is (τ+δ)/2 to first order; a Poisson failure that hits a period
+    # comes a little early on average, so the measured mean sits slightly below
+    half = faults.expected_lost_seconds(tau, d)
+    assert 0.8 * half < sim["lost_mean"] <= 1.03 * half
+
+
+def test_goodput_falls_with_cluster_size_at_a_fixed_save_time():
+    gpu = faults.implied_gpu_mtbf(419, 54 * DAY, 16_384)
+    values = []
+    for n in (1_024, 16_384, 131_072):
+        m = faults.cluster_mtbf(gpu, n)
+        values.append(faults.goodput(faults.optimal_checkpoint_interval(60.0, m), 60.0, 600.0, m))
+    assert values[0] > values[1] > values[2] > 0
+
+
+def test_a_sync_gathered_save_of_405b_is_unaffordable_and_a_sharded_async_one_is_not():
+    n_params, n = 405e9, 16_384
+    total = 16 * n_params
+    assert faults.checkpoint_bytes_per_rank(n_params, n) * n == pytest.approx(total)
+    assert faults.checkpoint_bytes_per_rank(n_params, n) == memory.zero_memory_per_gpu(n_params, n, 3)
+    m = faults.cluster_mtbf(faults.implied_gpu_mtbf(419, 54 * DAY, n), n)
+    one = faults.save_seconds(total, 1, 50e9, 2e12)          # one node's NIC
+    shard = faults.save_seconds(total, n, 2e9, 2e12)          # capped by the filesystem
+    assert one == pytest.approx(total / 50e9) and shard == pytest.approx(total / 2e12)
+    stall = faults.async_blocking_seconds(total, n, 25e9)
+    assert stall == pytest.approx(total / n / 25e9) and stall < 0.1
+    g = {k: faults.goodput(faults.optimal_checkpoint_interval(s, m), s, 0.0, m)
+         for k, s in [("one", one), ("shard", shard), ("async", stall)]}
+    assert g["one"] < 0.9 < g["shard"] < g["async"]
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: faults.cluster_mtbf(0, 8), "gpu_mtbf_seconds"),
+    (lambda: faults.cluster_mtbf(1e8, 2.5), "n_gpus"),
+    (lambda: faults.optimal_checkpoint_interval(-1, 1e4), "save_seconds"),
+    (lambda: faults.optimal_checkpoint_interval(10, math.nan), "mtbf_seconds"),
+    (lambda: faults.goodput(0, 10, 0, 1e4), "interval_seconds"),
+    (lambda: faults.goodput(100, 10, -1, 1e4), "restart_seconds"),
+    (lambda: faults.checkpoint_bytes_per_rank(405e9, 0), "n_ranks"),
+    (lambda: faults.save_seconds(1e12, 8, 1e9, "fast"), "storage_bandwidth"),
+])
+def test_bad_input_names_the_argument(call, name):
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        call()
+
+
+def test_zero_restart_time_is_valid_and_a_huge_period_gives_zero_goodput():
+    assert faults.goodput(100.0, 10.0, 0.0, 1e4) == pytest.approx(100 / 110 * (1 - 55 / 1e4))
+    assert faults.goodput(1e6, 10.0, 0.0, 1e3) == 0.0
+    assert faults.goodput_exponential(1e6, 10.0, 0.0, 1e3) == 0.0
+
+
+def test_command_line(capsys):
+    assert main(["goodput", "--interval-seconds", "1800", "--save-seconds", "60", "--restart-seconds",
+                 "600", "--mtbf-seconds", "11000"]) == 0
+    out = capsys.readouterr().out
+    assert float(out.split()[-1]) == pytest.approx(faults.goodput(1800, 60, 600, 11000), rel=1e-5)
+    assert main(["optimal_checkpoint_interval", "--save-seconds", "60", "--mtbf-seconds", "11000"]) == 0
+    assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(math.sqrt(2 * 60 * 11000), rel=1e-5)
+    assert main(["cluster_mtbf", "--gpu-mtbf-seconds", "1.8e8", "--n-gpus", "16384"]) == 0
+    assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(1.8e8 / 16384, rel=1e-5)
