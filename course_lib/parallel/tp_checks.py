@@ -1,0 +1,143 @@
+"""Workers that check tensor and sequence parallelism on real ranks (tests and the lab launch them).
+
+Each is a module-level ``worker(ctx, **kwargs)`` for :func:`course_lib.dist.launch`. The tensor-
+parallel model is made from an ordinary :class:`~course_lib.model.GPT`, and the same GPT, unsplit,
+trains beside it on every rank on the same batches, so "exact" means: loss, every gradient and
+every parameter after k optimizer steps equal to the single-process model's (fp32 rounding).
+Bytes are counted by :class:`~course_lib.parallel.counting.CountingComm` (ring algorithm).
+"""
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ..model import GPT, GPTConfig
+from .counting import CountingComm
+from .tensor import ParallelBlock, TensorParallelGPT
+
+__all__ = ["TINY", "unshard", "tp_equivalence_worker", "tp_cases_worker", "tp_layer_bytes_worker", "tp_layer_bytes_formula"]
+
+TINY = GPTConfig(vocab_size=64, seq_len=16, n_layers=2, n_heads=4, d_model=32)
+
+
+def unshard(model: nn.Module, group=None, *, grads: bool = False) -> dict[str, torch.Tensor]:
+    """Every parameter (or its gradient) of a tensor-parallel ``model`` reassembled to full size,
+    by name, on every rank (uncounted ``all_gather`` on ``group``: a check, not training)."""
+    out = {}
+    for name, p in model.named_parameters():
+        local = (p.grad if grads else p).detach()
+        if not hasattr(p, "tp_dim"):
+            out[name] = local.clone()
+            continue
+        t = dist.get_world_size(group)
+        parts, idx = [torch.empty_like(local) for _ in range(t)], [torch.empty_like(p.tp_index) for _ in range(t)]
+        dist.all_gather(parts, local.contiguous(), group=group)
+        dist.all_gather(idx, p.tp_index, group=group)
+        shape = list(local.shape)
+        shape[p.tp_dim] *= t
+        out[name] = torch.empty(shape, dtype=local.dtype).index_copy_(p.tp_dim, torch.cat(idx), torch.cat(parts, p.tp_dim))
+    return out
+
+
+def _batches(cfg: GPTConfig, steps: int, batch: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (steps, batch, cfg.seq_len + 1), generator=g)
+
+
+def _gap(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max()) for k in b)
+
+
+def tp_equivalence_worker(ctx, *, sequence_parallel: bool = False, regather: bool = True,
+                          recompute: str = "none", steps: int = 3, batch: int = 2,
+                          cfg: GPTConfig = TINY, tied: bool = True, optim: str = "sgd") -> dict:
+    """Train a TensorParallelGPT over ``ctx.group`` and the unsplit GPT side by side.
+
+    ``optim``: "sgd" (momentum 0.9) or "adamw" (whose division by √v amplifies the rounding of
+    near-zero gradients, so its parameter gap is ~1e-5 rather than ~1e-7).
+    Returns the largest per-step loss gap, the largest gradient gap after the first backward, the
+    largest parameter gap after ``steps`` steps (all absolute), the reference losses, how far the
+    reference's parameters moved (so a gap of 0 means something), and this rank's counted bytes."""
+    cfg = cfg.with_(tie_embeddings=tied)
+    ref = GPT(cfg, seed=0)
+    start = {k: p.detach().clone() for k, p in ref.named_parameters()}
+    comm = CountingComm(ctx.group)
+    tp = TensorParallelGPT(copy.deepcopy(ref), comm, sequence_parallel=sequence_parallel,
+                           regather=regather, recompute=recompute)
+    make = ((lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)) if optim == "sgd"
+            else (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)))
+    opt, opt_ref = make(tp.parameters()), make(ref.parameters())
+    loss_gap, grad_gap, losses = 0.0, 0.0, []
+    for step, b in enumerate(_batches(cfg, steps, batch)):
+        _, loss = tp(b[:, :-1], b[:, 1:])
+        loss.backward()
+        if sequence_parallel:
+            tp.reduce_sequence_parallel_grads()
+        _, loss_ref = ref(b[:, :-1], b[:, 1:])
+        loss_ref.backward()
+        if step == 0:
+            grads = unshard(tp, ctx.group, grads=True)
+            grad_gap = _gap(grads, {k: p.grad for k, p in ref.named_parameters()})
+        loss_gap = max(loss_gap, abs(float(loss) - float(loss_ref)))
+        losses.append(float(loss_ref))
+        for o in (opt, opt_ref):
+            o.step()
+            o.zero_grad()
+    param_gap = _gap(unshard(tp, ctx.group), dict(ref.named_parameters()))
+    return {"loss_gap": loss_gap, "grad_gap": grad_gap, "param_gap": param_gap, "losses": losses,
+            "moved": _gap(dict(ref.named_parameters()), start),
+            "bytes": comm.snapshot()}
+
+
+def tp_layer_bytes_worker(ctx, *, sequence_parallel: bool = False, regather: bool = True,
+                          recompute: str = "none", batch: int = 2, cfg: GPTConfig = TINY) -> dict:
+    """One transformer layer, forward and backward, on this rank's share: the collectives it called,
+    split into forward and backward (CountingComm snapshots, ring algorithm, fp32 values)."""
+    block = GPT(cfg, seed=0).blocks[0]
+    comm = CountingComm(ctx.group)
+    layer = ParallelBlock(block, comm, sequence_parallel=sequence_parallel, regather=regather, recompute=recompute)
+    s = cfg.seq_len // ctx.world_size if sequence_parallel else cfg.seq_len
+    x = torch.randn(batch, s, cfg.d_model, generator=torch.Generator().manual_seed(ctx.rank if sequence_parallel else 0),
+                    requires_grad=True)
+    y = layer(x)
+    forward = comm.snapshot()
+    comm.reset()
+    y.sum().backward()
+    return {"forward": forward, "backward": comm.snapshot()}
+
+
+def tp_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
+    """Run several checks in one launch (start-up paid once): each case is ``{"check": "train" or
+    "bytes", **kwargs}`` for :func:`tp_equivalence_worker` / :func:`tp_layer_bytes_worker`."""
+    run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker}
+    return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
+
+
+def tp_layer_bytes_formula(seq_len: int, micro_batch: int, d_model: int, tp: int, bytes_per_value: int = 4,
+                           *, sequence_parallel: bool = False, regather: bool = True) -> dict:
+    """What :func:`tp_layer_bytes_worker` should count, per rank: {direction: {kind: (calls, sent)}}.
+
+    Tensor parallelism: 2 all-reduces of s·b·h values forward, 2 backward, each sending 2(t−1)/t
+    of them (ring). Sequence parallelism: each all-reduce becomes a reduce-scatter + an
+    all-gather, (t−1)/t each — the same bytes; ``regather`` adds 2 all-gathers backward."""
+    n = seq_len * micro_batch * d_model * bytes_per_value
+    half = n * (tp - 1) // tp
+    if not sequence_parallel:
+        return {d: {"all_reduce": (2, 4 * half)} for d in ("forward", "backward")}
+    return {"forward": {"all_gather": (2, 2 * half), "reduce_scatter": (2, 2 * half)},
+            "backward": {"all_gather": (4 if regather else 2, (4 if regather else 2) * half),
+                         "reduce_scatter": (2, 2 * half)}}
+
+
+def timed(fn, repeats: int = 3) -> float:
+    """Best wall time of ``fn()`` over ``repeats`` calls (seconds)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
