@@ -39,19 +39,25 @@ book-strict: $(VENV_OK)
 exercises: $(VENV_OK)
 	$(PY) -m course_lib.grading generate solutions exercises
 
-# The notebooks run twice: under this CPU's own torch kernels, then under a second kernel path
+# Three parts. (1) Everything except the few timing tests, on JOBS pytest-xdist workers, one test
+# file (or notebook) per worker at a time: most tests wait on processes, browsers and kernels, so two
+# workers keep two cores busy. (2) The notebooks again under a second CPU kernel path
 # (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine, default elsewhere), so a stored output that only
-# this machine reproduces fails here instead of on a reader's or an instructor's machine.
+# this machine reproduces fails here instead of on a reader's or an instructor's machine. (3) The
+# tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
+JOBS ?= 2
+XDIST := -n $(JOBS) --dist loadfile
 test: $(VENV_OK)
-	$(PY) -m pytest -q --durations=15 --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions
+	$(PY) -m pytest -q --durations=15 $(XDIST) -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions
 	@second=$$($(PY) -m course_lib.nbtools second-path); \
 	if [ -z "$$second" ]; then echo "notebooks: torch runs its default kernels here; no second kernel path to try"; \
 	else echo "notebooks again under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
-	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --nbval --nbval-current-env notebooks solutions; fi
+	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q $(XDIST) --nbval --nbval-current-env notebooks solutions; fi
+	$(PY) -m pytest -q -m serial --ignore=tests/fixtures tests
 
 # Check the notebooks under one kernel path: make test-notebooks CPU=default (or avx2, avx512).
 test-notebooks: $(VENV_OK)
-	ATEN_CPU_CAPABILITY=$(CPU) $(PY) -m pytest -q --nbval --nbval-current-env notebooks solutions
+	ATEN_CPU_CAPABILITY=$(CPU) $(PY) -m pytest -q $(XDIST) --nbval --nbval-current-env notebooks solutions
 
 # JupyterLab on the whole course (notebooks/, exercises/, solutions/); as root (containers) it
 # needs --allow-root. LAB_ARGS passes more flags, e.g. LAB_ARGS="--no-browser --port 8899".

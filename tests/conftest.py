@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -109,13 +110,7 @@ def _jupyter_book() -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-def book_build() -> BookBuild:
-    """Build the book once (warnings as errors) and return the result; never raises on failure."""
-    if os.environ.get("COURSE_BOOK_REUSE") == "1" and (HTML_DIR / "index.html").is_file():
-        return BookBuild(0, "(COURSE_BOOK_REUSE=1: build skipped)", HTML_DIR, 0.0, reused=True)
-    if os.environ.get("COURSE_HTML_DIR"):   # test a book built elsewhere (--path-output DIR: DIR/_build/html)
-        return BookBuild(0, "(COURSE_HTML_DIR: build skipped)", Path(os.environ["COURSE_HTML_DIR"]), 0.0, reused=True)
+def _build_book() -> BookBuild:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
     start = time.monotonic()
@@ -127,6 +122,35 @@ def book_build() -> BookBuild:
     log = proc.stdout + "\n" + proc.stderr
     (ARTIFACTS / "book-build.log").write_text(f"# {seconds:.1f} s, exit {proc.returncode}\n{log}")
     return BookBuild(proc.returncode, log, HTML_DIR, seconds)
+
+
+@pytest.fixture(scope="session")
+def book_build() -> BookBuild:
+    """Build the book once (warnings as errors) and return the result; never raises on failure.
+
+    Under pytest-xdist every worker process has its own session: the first worker to ask builds
+    while holding a file lock, and the others wait for it and read its result, so one run builds
+    the book once whichever workers its book tests land on."""
+    if os.environ.get("COURSE_BOOK_REUSE") == "1" and (HTML_DIR / "index.html").is_file():
+        return BookBuild(0, "(COURSE_BOOK_REUSE=1: build skipped)", HTML_DIR, 0.0, reused=True)
+    if os.environ.get("COURSE_HTML_DIR"):   # test a book built elsewhere (--path-output DIR: DIR/_build/html)
+        return BookBuild(0, "(COURSE_HTML_DIR: build skipped)", Path(os.environ["COURSE_HTML_DIR"]), 0.0, reused=True)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run_id is None:
+        return _build_book()
+    from filelock import FileLock
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    done = ARTIFACTS / f"book-build-{run_id}.json"
+    with FileLock(str(ARTIFACTS / "book-build.lock"), timeout=1200):
+        if done.is_file():
+            saved = json.loads(done.read_text())
+            return BookBuild(saved["returncode"], saved["log"], Path(saved["html_dir"]), saved["seconds"])
+        for old in ARTIFACTS.glob("book-build-*.json"):   # earlier runs' results
+            old.unlink()
+        result = _build_book()
+        done.write_text(json.dumps({"returncode": result.returncode, "log": result.log,
+                                    "html_dir": str(result.html_dir), "seconds": result.seconds}))
+        return result
 
 
 @pytest.fixture(scope="session")

@@ -96,6 +96,7 @@ def test_normalise_and_decode():
         dedup.decode_page("text", "utf-8")
 
 
+@pytest.mark.serial
 def test_50mb_page_is_rejected_fast_and_counted(the_crawl):
     huge = crawl.huge_page(50_000_000, page_id=0)
     t0 = time.perf_counter()

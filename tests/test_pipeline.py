@@ -212,6 +212,7 @@ def test_bubble_parts_add_up_and_replay_the_measured_op_times():
     assert len(table) == 2 and table[1].startswith("1f1b        m=4 v=1")
 
 
+@pytest.mark.serial
 def test_measured_bubble_matches_the_formula_on_a_quiet_machine():
     """Issue #6's criterion: GPipe and 1F1B on 2 real processes, m = 1, 2, 4, 8, the measured
     bubble (steadiest of 5 steps) within 3 percentage points of (p−1)/(m+p−1). A virtual machine's
