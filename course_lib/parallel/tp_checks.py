@@ -111,9 +111,10 @@ def tp_layer_bytes_worker(ctx, *, sequence_parallel: bool = False, regather: boo
 
 
 def tp_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
-    """Run several checks in one launch (start-up paid once): each case is ``{"check": "train" or
-    "bytes", **kwargs}`` for :func:`tp_equivalence_worker` / :func:`tp_layer_bytes_worker`."""
-    run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker}
+    """Run several checks in one launch (start-up paid once): each case is ``{"check": name,
+    **kwargs}`` with name in :data:`CHECKS` ("train", "bytes", "ring", "torch_cp")."""
+    run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker, "ring": ring_attention_worker,
+           "torch_cp": torch_context_parallel_worker}
     return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
 
 
@@ -141,3 +142,52 @@ def timed(fn, repeats: int = 3) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def ring_attention_worker(ctx, *, scheme: str = "contiguous", batch: int = 1, heads: int = 2,
+                          seq_len: int = 32, head_dim: int = 8, dtype: torch.dtype = torch.float32) -> dict:
+    """Ring attention over ``ctx.group`` against full causal attention on one process.
+
+    Every rank draws the same full Q, K, V and output gradient, runs the reference on all of it and
+    ring attention on its part (``scheme`` split). Returns the largest gap of the outputs and of
+    the gradients dQ, dK, dV (this rank's part), the ring's counters forward and backward, and the
+    bytes of the whole K and V (to compare the forward's (p−1)/p with)."""
+    from .context import RingComm, causal_attention, ring_attention, split_sequence
+    p, r = ctx.world_size, ctx.rank
+    g = torch.Generator().manual_seed(0)
+    full = [torch.randn(batch, heads, seq_len, head_dim, generator=g, dtype=dtype) for _ in range(4)]
+    ref = [x.clone().requires_grad_() for x in full[:3]]
+    out_ref = causal_attention(*ref)
+    out_ref.backward(full[3])
+    mine = [split_sequence(x, r, p, scheme).requires_grad_() for x in full[:3]]
+    comm = RingComm(ctx.group)
+    out = ring_attention(*mine, comm, scheme)
+    forward = comm.snapshot()
+    comm.reset()
+    out.backward(split_sequence(full[3], r, p, scheme))
+    cut = lambda x: split_sequence(x, r, p, scheme)  # noqa: E731
+    return {"out_gap": float((out - cut(out_ref)).abs().max()),
+            "grad_gap": max(float((a.grad - cut(b.grad)).abs().max()) for a, b in zip(mine, ref)),
+            "forward": forward, "backward": comm.snapshot(),
+            "kv_bytes": 2 * full[1].numel() * full[1].element_size()}
+
+
+def torch_context_parallel_worker(ctx, *, seq_len: int = 32) -> dict:
+    """Try PyTorch's own ``torch.distributed.tensor.experimental.context_parallel`` (a ring
+    attention that patches ``scaled_dot_product_attention``) on this run's devices. Returns
+    ``{"ok": True, "gap": ...}`` against full attention where it runs, else ``{"ok": False,
+    "error": "<ExceptionType>: <first line>"}`` — on CPU it has no CPU attention strategy."""
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.experimental import context_parallel
+    mesh = DeviceMesh.from_group(ctx.group, ctx.device.type)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, seq_len, 8, generator=g).to(ctx.device) for _ in range(3))
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    try:
+        with context_parallel(mesh, buffers=[q, k, v, want], buffer_seq_dims=[2, 2, 2, 2]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            gap = float((out - want).abs().max())
+    except Exception as exc:  # noqa: BLE001 - the point is to report what it raises
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+    return {"ok": True, "gap": gap}
