@@ -27,6 +27,8 @@ CALCULATORS = [
     ("numerics", "sequential_sum"), ("moe", "expert_capacity"), ("moe", "dropped_tokens"),
     ("distill", "api_cost"), ("hardware", "get_accelerator"),
     ("faults", "cluster_mtbf"), ("faults", "optimal_checkpoint_interval"), ("faults", "goodput"),
+    ("memory", "activation_bytes_per_layer"), ("comm", "tp_bytes_per_layer"),
+    ("comm", "cp_bytes_per_layer"), ("layout", "layout"),
 ]
 
 
@@ -74,7 +76,8 @@ def _converter(param: inspect.Parameter):
     ann = str(param.annotation).replace("typing.", "")
     if ann == "bool" or isinstance(param.default, bool):
         return _switch
-    if ann in ("int", "float") or (isinstance(param.default, (int, float)) and ann == str(inspect.Parameter.empty)):
+    if ann in ("int", "float", "int | None", "float | None") or (
+            isinstance(param.default, (int, float)) and ann == str(inspect.Parameter.empty)):
         return _number
     if ann.startswith(("Iterable", "Sequence", "list")):
         return _json_list

@@ -26,7 +26,8 @@ from .network import DGX_H100_NDR, Network
 
 __all__ = ["KINDS", "IB_NDR_BANDWIDTH", "collective_bytes", "collective_time", "dp_bytes_per_step",
            "zero_bytes_per_step", "fsdp_bytes_per_step", "hsdp_bytes_per_step", "max_dp_degree",
-           "StepEstimate", "step_estimate", "crossover_gpus", "Network", "DGX_H100_NDR"]
+           "StepEstimate", "step_estimate", "crossover_gpus", "Network", "DGX_H100_NDR",
+           "tp_bytes_per_layer", "cp_bytes_per_layer"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 # Bytes/s per GPU per direction of a ring across 8-GPU H100 servers with eight 400 Gb/s NDR NICs:
@@ -124,6 +125,42 @@ def max_dp_degree(critical_batch_tokens: float, seq_len: int) -> int:
         raise ValueError(f"critical_batch_tokens ({critical_batch_tokens!r}) is smaller than one "
                          f"sequence (seq_len={s}): not even one replica gets a whole sequence")
     return int(math.floor(b / s + 1e-9))
+
+
+@calculator
+def tp_bytes_per_layer(seq_len: int, micro_batch: int, d_model: int, tp: int,
+                       bytes_per_value: float = 2) -> float:
+    """Bytes each rank sends per transformer layer and microbatch under Megatron tensor
+    parallelism (Shoeybi et al. 2019, arXiv 1909.08053): four ring all-reduces of the s·b·h
+    activations, two in the forward (after attention and after the MLP) and two in the backward
+    (the conjugate f operators), 4 · 2(t−1)/t · sbh · bytes_per_value. Sequence parallelism
+    replaces each all-reduce by a reduce-scatter plus an all-gather: the same bytes. Full
+    recomputation reruns the forward and adds two more all-reduces (not counted here)."""
+    s = positive_int("seq_len", seq_len)
+    b = positive_int("micro_batch", micro_batch)
+    h = positive_int("d_model", d_model)
+    t = positive_int("tp", tp)
+    v = positive("bytes_per_value", bytes_per_value)
+    return 4 * _ring("all_reduce", float(s) * b * h * v, t)
+
+
+@calculator
+def cp_bytes_per_layer(seq_len: int, micro_batch: int, kv_dim: int, cp: int,
+                       bytes_per_value: float = 2) -> float:
+    """Bytes each rank sends per layer and microbatch in the *forward* of ring attention (Liu et
+    al. 2023, arXiv 2310.01889) over ``cp`` ranks: its K and V shards, s/cp·b·``kv_dim`` values
+    each, travel cp − 1 hops, so every rank sends (and receives) (cp−1)/cp of the full K and V,
+    2·(cp−1)/cp·s·b·kv_dim·bytes_per_value. ``kv_dim`` is d_model for multi-head attention,
+    n_kv_heads·head_dim with grouped-query attention. The backward circulates K, V and their
+    gradients again (about twice the forward's bytes)."""
+    s = positive_int("seq_len", seq_len)
+    b = positive_int("micro_batch", micro_batch)
+    d = positive_int("kv_dim", kv_dim)
+    p = positive_int("cp", cp)
+    v = positive("bytes_per_value", bytes_per_value)
+    if s % p:
+        raise ValueError(f"cp ({p}) must divide seq_len ({s}): each rank holds s/cp tokens")
+    return 2 * _ring("all_gather", float(s) * b * d * v, p)
 
 
 @dataclass(frozen=True)

@@ -19,16 +19,22 @@ Activations, temporary buffers, the communication buckets and the fragmentation 
 come on top; ``reserved_bytes`` lets a caller set them aside. The course's CPU demos train in fp32
 with plain AdamW: 4 bytes of weights, 4 of gradients and 8 of moments — also 16 bytes per
 parameter, split differently (use :func:`zero_memory_breakdown` with those byte counts).
+
+Activations are the other half of the memory bill (chapter 11): :func:`activation_bytes_per_layer`
+counts what one transformer layer keeps for its backward pass under tensor parallelism, sequence
+parallelism and activation recomputation, in Korthikanti et al.'s convention (arXiv 2205.05198).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from ._validate import calculator, positive, positive_int, zero_stage
+from ._validate import calculator, choice, flag, positive, positive_int, zero_stage
 
 __all__ = ["ZeroMemory", "zero_memory_breakdown", "zero_memory_per_gpu", "min_zero3_degree",
-           "max_params_per_gpu"]
+           "max_params_per_gpu", "RECOMPUTE", "activation_bytes_per_layer"]
+
+RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -111,3 +117,43 @@ def max_params_per_gpu(gpu_bytes: float, dp_degree: int, stage: int, bytes_per_p
     cap = positive("gpu_bytes", gpu_bytes)
     n, s = positive_int("dp_degree", dp_degree), zero_stage("stage", stage)
     return cap / _breakdown(1.0, n, s, 2.0, 2.0, _optimizer_bytes(bytes_per_param)).total
+
+
+@calculator
+def activation_bytes_per_layer(seq_len: int, micro_batch: int, d_model: int, n_heads: int, tp: int = 1,
+                               sequence_parallel: bool = False, recompute: str = "none") -> float:
+    """Bytes one transformer layer keeps for its backward pass, per GPU, per microbatch.
+
+    Korthikanti et al. 2022 (arXiv 2205.05198, §4, Table 2) count a GPT layer with 16-bit
+    activations, 1-byte dropout masks and attention that stores its s×s scores. With s =
+    ``seq_len``, b = ``micro_batch``, h = ``d_model``, a = ``n_heads``, t = ``tp``:
+
+    * none: sbh(34 + 5as/h) without TP; sbh(10 + 24/t + 5as/(ht)) with TP, whose LayerNorms,
+      dropouts and the two blocks' inputs (10sbh) stay replicated; sbh(34/t + 5as/(ht)) with
+      sequence parallelism, which shards those along the sequence too;
+    * selective: recompute the attention core (scores, softmax, its dropout) in the backward, so
+      the 5as²b/t term goes: sbh(10 + 24/t), or sbh·34/t with sequence parallelism;
+    * full: keep only the layer's input, 2sbh (2sbh/t with sequence parallelism, where the input
+      is sharded along the sequence), and rerun the whole forward in the backward.
+    """
+    s = positive_int("seq_len", seq_len)
+    b = positive_int("micro_batch", micro_batch)
+    h = positive_int("d_model", d_model)
+    a = positive_int("n_heads", n_heads)
+    t = positive_int("tp", tp)
+    sp = flag("sequence_parallel", sequence_parallel)
+    mode = choice("recompute", recompute, RECOMPUTE)
+    if a % t:
+        raise ValueError(f"tp ({t}) must divide n_heads ({a}): tensor parallelism gives each rank "
+                         f"whole attention heads")
+    return _activation_bytes(s, b, h, a, t, sp, mode)
+
+
+def _activation_bytes(s: float, b: float, h: float, a: float, t: float, sp: bool, mode: str) -> float:
+    """The formula on checked inputs (``s`` may be a context-parallel shard, s/cp)."""
+    sbh = float(s) * b * h
+    t_sp = t if sp else 1
+    if mode == "full":
+        return 2.0 * sbh / t_sp
+    linear = sbh * (10.0 / t_sp + 24.0 / t)
+    return linear if mode == "selective" else linear + 5.0 * a * s * s * b / t

@@ -64,14 +64,19 @@ VALID = dict(
     gpu_mtbf_seconds=1.8e8, save_seconds=60.0, mtbf_seconds=1.1e4, interval_seconds=1800.0,
     restart_seconds=600.0, n_failures=419, duration_seconds=4.7e6, n_ranks=1024, checkpoint_bytes=6.5e12,
     n_writers=1024, writer_bandwidth=2e9, storage_bandwidth=2e12, copy_bandwidth=25e9,
+    micro_batch=1, n_heads=32, tp=8, sequence_parallel=True, kv_dim=1024, cp=4, gpus_per_node=8,
+    nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
+    max_cp=16, max_zero=3,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
-             "peak_in_flight": dict(name="1f1b", stage=1)}
+             "peak_in_flight": dict(name="1f1b", stage=1),
+             "activation_bytes_per_layer": dict(recompute="selective")}
 # Arguments for which 0 or a negative number is a valid input.
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",
-           "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds"}
+           "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds",
+           "max_zero"}
 NEGATIVE_OK = {"value", "increment", "x"}
 # Where an infinite answer is the true one (a running sum that overflows the format).
 INF_OK = {"sequential_sum", "stall_point"}

@@ -1,0 +1,287 @@
+"""A 4D layout planner: pick (TP, CP, PP, DP), the ZeRO stage and recomputation for a cluster.
+
+For every layout whose degrees multiply to the GPU count, the planner asks two questions:
+
+1. **Does it fit?** Model states per GPU are ZeRO's (chapter 4) for Ψ/(TP·PP) parameters sharded
+   over the DP·CP ranks that hold the same weights. Activations are Korthikanti et al.'s per-layer
+   bytes (``memory.activation_bytes_per_layer``, with sequence parallelism whenever TP > 1) at the
+   context-parallel shard s/CP, times the layers a first pipeline stage keeps alive: ⌈L/PP⌉ layers
+   for min(PP, m) microbatches under 1F1B, × (1 + (PP−1)/(PP·v)) with v interleaved chunks (their
+   §4.2.3; at most m); L layers of one microbatch without PP. What must fit is ``usable_fraction`` of HBM (the
+   rest is logits, workspace, communication buffers and fragmentation, not modelled).
+2. **How long is a step?** Compute is the training FLOPs (6Ψ + attention, + one forward more with
+   full recomputation) spread evenly over the GPUs at ``compute_mfu`` of the dense peak. The
+   pipeline adds its bubble, (PP−1)/(v·m) of the pipeline's busy time, and every level adds its
+   *exposed* communication: TP's four all-reduces per layer (``comm.tp_bytes_per_layer``) on the
+   critical path over NVLink; CP's K/V ring (``comm.cp_bytes_per_layer``, three times the forward
+   bytes with the backward) minus the attention compute it hides behind; PP's point-to-point
+   activations (all counted, an upper bound); DP's ZeRO collectives over the network
+   (``course_lib.network``) minus the compute they overlap (the last microbatch's for ZeRO 0–2,
+   whose gradients are reduced once per step; the whole step for ZeRO-3, which re-gathers the
+   parameters for every microbatch's forward and backward).
+
+Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.21783 §3.3.2), so a
+group lives inside one node when the degrees inside it multiply to at most the GPUs per node;
+across nodes each GPU gets its share of the node's NICs per group member in the node. TP never
+leaves a node. A layout is refused when the batch is too small for it: DP·m·b·s ≤ B tokens with
+m ≥ PP microbatches per pipeline (chapter 4's floor: PP does not lift it, CP and TP do).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from . import comm
+from ._validate import calculator, flag, fraction, positive, positive_int, zero_stage
+from .hardware import lookup
+from .memory import _activation_bytes, _breakdown
+from .layout_explain import MEGATRON_2021, explain, gb, llama3_405b, megatron_1t
+from .network import DGX_H100_NDR, Network
+
+__all__ = ["Layout", "plan_layouts", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021"]
+
+_POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout and what the planner estimates for it (bytes per GPU, seconds per step)."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    v: int
+    zero: int
+    recompute: str
+    microbatches: int
+    states_bytes: float
+    activation_bytes: float
+    usable_bytes: float
+    compute_s: float
+    bubble_s: float
+    tp_s: float
+    cp_s: float
+    pp_s: float
+    dp_s: float
+    mfu: float
+    memory_bytes: float    # states + activations
+    step_s: float          # compute + bubble + the four exposed communication terms
+    explanation: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.usable_bytes
+
+    def shape(self) -> str:
+        """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
+        v = f" (v={self.v})" if self.v > 1 else ""
+        return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}"
+
+
+@dataclass(frozen=True)
+class _Job:
+    psi: float
+    L: int
+    h: int
+    a: int
+    s: int
+    tokens: float
+    n: int
+    kv: int
+    b: int
+    flash: bool
+    peak: float
+    rate: float        # achieved FLOP/s: peak × compute_mfu
+    link: float
+    g: int
+    net: Network
+    usable: float
+    max_cp: int
+    max_zero: int
+
+
+def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
+    """How many members of the group spanning ``dims`` (indices into TP, CP, PP, DP) one node of
+    ``g`` consecutive ranks holds."""
+    k, stride = 1, 1
+    for i, size in enumerate(sizes):
+        if i in dims:
+            k *= min(size, max(1, g // stride))
+        stride *= size
+    return k
+
+
+def _bandwidth(job: _Job, sizes: tuple[int, ...], dims: tuple[int, ...], p2p: bool = False) -> tuple[float, int]:
+    """(bytes/s per GPU, members per node) of a group: the scale-up link inside one node, else the
+    node's NIC bandwidth shared by its GPUs, times the group's members there for a collective
+    (NCCL spreads its rings over their NICs), once for point-to-point sends (one NIC per GPU)."""
+    k = _in_node(job.g, sizes, dims)
+    if k == math.prod(sizes[i] for i in dims):
+        return job.link, k
+    return min(job.link, (1 if p2p else k) * job.net.ring_bandwidth / job.g), k
+
+
+def _latency(net: Network, kind: str, n: int, k: int) -> float:
+    """NCCL's ring latency (``Network.ring_latency``) for ``n`` ranks, ``k`` to a node, unchecked."""
+    if n == 1:
+        return 0.0
+    nodes = -(-n // k)
+    total, inter = (2 * (n - 1), 2 * nodes if nodes > 1 else 0) if kind == "all_reduce" else (n - 1, nodes - 1)
+    return net.base_latency + (total - inter) * net.intra_latency + inter * net.inter_latency
+
+
+def _in_flight(p: int, m: int, v: int) -> float:
+    """Stage-activations the first stage holds at its peak: min(p, m) under 1F1B; interleaved,
+    min(p(1 + (p−1)/(pv)), m) (Megatron's warm-up; equal to ``pipeline.peak_in_flight``)."""
+    return min(p * (1 + (p - 1) / (p * v)), m) if v > 1 else min(p, m)
+
+
+def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str) -> Layout:
+    sizes, s_cp = (tp, cp, pp, dp), job.s // cp
+    m = int(job.tokens / job.s // (dp * job.b))
+    sp = tp > 1
+    # memory: ZeRO states of this GPU's Ψ/(TP·PP) over the DP·CP replicas, then activations
+    psi_gpu = job.psi / (tp * pp)
+    per_stage = math.ceil(job.L / pp)
+    states = _breakdown(psi_gpu, dp * cp, zero, 2.0, 2.0, 12.0).total
+    if zero == 3:
+        states += 2 * 2.0 * psi_gpu / per_stage                   # two gathered layers in flight
+    kept = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "selective")
+    act = kept
+    if mode == "full":
+        act = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "full")
+    elif mode == "none" and not job.flash:                        # scores of s/cp queries × s keys
+        act += 5.0 * job.a * s_cp * job.s * job.b / tp
+    held = job.L if pp == 1 else per_stage * _in_flight(pp, m, v)
+    activations = act * held + (kept if mode == "full" else 0.0)  # + the layer being recomputed
+    # compute: 6Ψ + 3·attention per token, plus what recomputation reruns
+    attn = 2.0 * job.L * job.s * job.h                            # causal forward, per token
+    rerun = {"none": 0.0, "selective": attn, "full": 2 * job.psi + attn}[mode]
+    compute = job.tokens * (6 * job.psi + 3 * attn + rerun) / job.n / job.rate
+    layers = job.L / pp
+    # TP: four all-reduces per layer and microbatch (six with full recomputation), inside the node
+    reps = 1.5 if mode == "full" else 1.0
+    tp_s = m * layers * reps * 4 * (comm._ring("all_reduce", 2.0 * s_cp * job.b * job.h, tp) / job.link
+                                    + _latency(job.net, "all_reduce", tp, job.g))
+    # CP: the K/V ring, forward + backward = 3× the forward bytes, hidden behind attention compute
+    cp_s = 0.0
+    if cp > 1:
+        bw, _ = _bandwidth(job, sizes, (1,), p2p=True)
+        kv = max(job.kv // tp, job.h // job.a)                    # K/V width on one TP rank
+        ring = 3 * (2 * comm._ring("all_gather", 2.0 * job.s * job.b * kv, cp) / bw
+                    + (cp - 1) * job.net.inter_latency)
+        hidden = 3 * 2.0 * job.s * job.h * s_cp * job.b / tp / job.rate
+        cp_s = m * layers * max(0.0, ring - hidden)
+    # PP: one activation message forward and one gradient back per chunk and microbatch
+    pp_s = 0.0
+    if pp > 1:
+        bw, _ = _bandwidth(job, sizes, (2,), p2p=True)
+        pp_s = m * 2 * v * (2.0 * s_cp * job.b * job.h / tp / bw + job.net.inter_latency)
+    busy = compute + tp_s + cp_s
+    bubble = busy * (pp - 1) / (v * m)
+    # DP: ZeRO's collectives over the DP·CP replicas (ZeRO-3 gathers per microbatch, twice)
+    dp_s = 0.0
+    n = dp * cp
+    if n > 1:
+        bw, k = _bandwidth(job, sizes, (1, 3))
+        kinds = [(kd, 1) for kd in comm._PASSES[zero]] if zero < 3 else [("all_gather", 2 * m), ("reduce_scatter", 1)]
+        t = sum(c * (comm._ring(kd, psi_gpu * 2.0, n) / bw + per_stage * _latency(job.net, kd, n, k))
+                for kd, c in kinds)
+        dp_s = max(0.0, t - (busy if zero == 3 else busy / m))
+    step = compute + bubble + tp_s + cp_s + pp_s + dp_s
+    return Layout(tp, cp, pp, dp, v, zero, mode, m, states, activations, job.usable, compute, bubble,
+                  tp_s, cp_s, pp_s, dp_s, 6 * job.psi * job.tokens / job.n / (job.peak * step),
+                  states + activations, step)
+
+
+def _candidates(job: _Job, recompute: tuple[str, ...]):
+    """Every (tp, cp, pp, dp, v, zero, recompute) the batch and the shapes allow."""
+    seqs = job.tokens / job.s
+    for tp in (t for t in _POW2 if t <= job.g and job.g % t == 0 and job.a % t == 0):
+        for cp in (c for c in _POW2 if job.s % c == 0 and c <= job.max_cp):
+            for pp in (p for p in _POW2 if p <= job.L):
+                if job.n % (tp * cp * pp):
+                    continue
+                dp = job.n // (tp * cp * pp)
+                m = int(seqs // (dp * job.b))
+                if m < max(1, pp):                  # the batch floor: m >= pp per pipeline
+                    continue
+                vs = [1] if pp == 1 else [v for v in (1, 2, 4, 8) if v * pp <= job.L and (v == 1 or m % pp == 0)]
+                for v in vs:
+                    for zero in range(job.max_zero + 1):
+                        for mode in recompute:
+                            yield tp, cp, pp, dp, v, zero, mode
+
+
+def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
+         compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero) -> _Job:
+    a = positive_int("n_heads", n_heads)
+    kv = a if kv_heads is None else positive_int("kv_heads", kv_heads, maximum=a)
+    if a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide n_heads ({a})")
+    if not isinstance(network, Network):
+        raise ValueError(f"network must be a course_lib.network.Network, got {network!r:.40}")
+    h = positive_int("d_model", d_model)
+    s = positive_int("seq_len", seq_len)
+    tokens = positive("global_batch_tokens", global_batch_tokens)
+    if tokens < s:
+        raise ValueError(f"global_batch_tokens ({global_batch_tokens!r}) is less than one sequence "
+                         f"(seq_len={s})")
+    acc = lookup("gpu", gpu)
+    u = fraction("compute_mfu", compute_mfu)
+    return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=10 ** 5), h, a, s,
+                tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
+                flag("flash_attention", flash_attention), acc.peak("bf16"), acc.peak("bf16") * u,
+                acc.link_bandwidth, network.gpus_per_node, network,
+                acc.hbm_bytes * fraction("usable_fraction", usable_fraction), positive_int("max_cp", max_cp),
+                zero_stage("max_zero", max_zero))
+
+
+def _all(job: _Job) -> list[Layout]:
+    modes = ("none", "full") if job.flash else ("none", "selective", "full")
+    return sorted((_evaluate(job, *c) for c in _candidates(job, modes)), key=lambda x: x.step_s)
+
+
+@calculator
+def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: int,
+                 global_batch_tokens: float, n_gpus: int, *, gpu: str = "H100-SXM",
+                 network: Network = DGX_H100_NDR, compute_mfu: float = 0.5, usable_fraction: float = 0.9,
+                 flash_attention: bool = True, kv_heads: int | None = None,
+                 micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3) -> list[Layout]:
+    """Every layout that fits, fastest first (see the module docstring for the model).
+
+    ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
+    shrinks what the CP ring carries; ``flash_attention`` (the default, as in every large run
+    today) means no s×s scores are stored, so selective recomputation has nothing to save;
+    ``max_cp=1`` plans without context parallelism (as before 2023), ``max_zero=0`` without
+    sharded optimizer states (Megatron-LM in 2021).
+    """
+    job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
+               compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero)
+    return [x for x in _all(job) if x.fits]
+
+
+@calculator
+def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: int,
+           global_batch_tokens: float, n_gpus: int, gpu: str = "H100-SXM", gpus_per_node: int = 8,
+           nics_per_node: int = 8, nic_bits_per_s: float = 400e9, kv_heads: int | None = None,
+           compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
+           max_cp: int = 128, max_zero: int = 3) -> Layout:
+    """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
+    planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
+    of ``nic_bits_per_s`` each."""
+    net = Network("custom", positive_int("gpus_per_node", gpus_per_node),
+                  positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic_bits_per_s))
+    job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
+               compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero)
+    everything = _all(job)
+    plans = [x for x in everything if x.fits]
+    if not plans:
+        small = min(everything, key=lambda x: x.memory_bytes, default=None)
+        why = (f"the smallest needs {gb(small.memory_bytes)} per GPU" if small else
+               "the GPU count and the batch floor (m >= PP sequences per pipeline) allow no layout")
+        raise ValueError(f"no layout fits: n_params={n_params!r} on n_gpus={n_gpus!r} with "
+                         f"global_batch_tokens={global_batch_tokens!r} and usable_fraction="
+                         f"{usable_fraction!r} of HBM: {why}")
+    return replace(plans[0], explanation=explain(plans, everything))

@@ -1,0 +1,98 @@
+"""Chapter 11 calculators: activation bytes per layer (Korthikanti et al. 2022, Table 2) and the
+bytes tensor and context parallelism send per layer, checked against the formulas written out by
+hand, against each other (what sequence parallelism and recomputation must change) and on bad
+input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from course_lib import comm, memory
+from course_lib.__main__ import main
+
+S, B, H, A = 2048, 1, 12288, 96          # GPT-3 175B's layer, the paper's running example
+
+
+def test_no_parallelism_is_34_plus_5as_over_h():
+    sbh = S * B * H
+    assert memory.activation_bytes_per_layer(S, B, H, A) == pytest.approx(sbh * (34 + 5 * A * S / H), rel=1e-12)
+    # the parts the paper sums: attention 11sbh + 5as²b, MLP 19sbh, two LayerNorms 4sbh
+    assert memory.activation_bytes_per_layer(S, B, H, A) == pytest.approx(
+        11 * sbh + 5 * A * S * S * B + 19 * sbh + 4 * sbh, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def test_table_2_rows(t):
+    sbh, big = S * B * H, 5 * A * S / (H * t)
+    f = memory.activation_bytes_per_layer
+    assert f(S, B, H, A, tp=t) == pytest.approx(sbh * (10 + 24 / t + big), rel=1e-12)
+    assert f(S, B, H, A, tp=t, sequence_parallel=True) == pytest.approx(sbh * (34 / t + big), rel=1e-12)
+    assert f(S, B, H, A, tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
+    assert f(S, B, H, A, tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(sbh * 34 / t)
+    assert f(S, B, H, A, tp=t, recompute="full") == pytest.approx(2 * sbh)
+    assert f(S, B, H, A, tp=t, sequence_parallel=True, recompute="full") == pytest.approx(2 * sbh / t)
+
+
+def test_the_papers_gpt3_numbers():
+    """Korthikanti et al. §4: for GPT-3 at t = 8 the 5as/h term (80) dwarfs the 34 of the rest,
+    and selective recomputation keeps only the 34/t: 342 MiB → 102 MiB per layer."""
+    assert 5 * A * S / H == 80
+    full = memory.activation_bytes_per_layer(S, B, H, A, tp=8, sequence_parallel=True)
+    sel = memory.activation_bytes_per_layer(S, B, H, A, tp=8, sequence_parallel=True, recompute="selective")
+    assert full / 2 ** 20 == pytest.approx(342.0) and sel / 2 ** 20 == pytest.approx(102.0)
+    assert sel / full == pytest.approx((34 / 8) / (34 / 8 + 10), rel=1e-12)   # 70 % of it was attention
+
+
+def test_linear_in_batch_and_scores_quadratic_in_sequence():
+    f = memory.activation_bytes_per_layer
+    assert f(S, 4, H, A, tp=4) == pytest.approx(4 * f(S, 1, H, A, tp=4))
+    assert f(2 * S, 1, H, A, recompute="selective") == pytest.approx(2 * f(S, 1, H, A, recompute="selective"))
+    grow = f(2 * S, 1, H, A) - 2 * f(S, 1, H, A)                    # only the s² term grows faster
+    assert grow == pytest.approx(5 * A * B * (2 * S) ** 2 - 2 * 5 * A * B * S ** 2)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(tp=5), "tp"), (dict(tp=0), "tp"), (dict(tp=2.5), "tp"), (dict(recompute="partial"), "recompute"),
+    (dict(recompute=True), "recompute"), (dict(sequence_parallel="yes"), "sequence_parallel"),
+    (dict(seq_len=float("nan")), "seq_len"), (dict(micro_batch=0), "micro_batch"),
+    (dict(d_model=-4), "d_model"), (dict(n_heads=0), "n_heads"),
+])
+def test_bad_input_names_the_argument(kwargs, name):
+    args = dict(seq_len=S, micro_batch=B, d_model=H, n_heads=A) | kwargs
+    with pytest.raises(ValueError, match=rf"\b{name}\b"):
+        memory.activation_bytes_per_layer(**args)
+
+
+def test_tp_bytes_are_four_all_reduces_of_sbh():
+    for t in (1, 2, 4, 8):
+        expected = 4 * 2 * (t - 1) / t * S * B * H * 2
+        assert comm.tp_bytes_per_layer(S, B, H, t) == pytest.approx(expected, rel=1e-12)
+        assert comm.tp_bytes_per_layer(S, B, H, t) == pytest.approx(
+            4 * comm.collective_bytes("all_reduce", S * B * H * 2, t), rel=1e-12)
+        # sequence parallelism: reduce-scatter + all-gather instead of each all-reduce, same bytes
+        rs_ag = comm.collective_bytes("reduce_scatter", S * B * H * 2, t) + comm.collective_bytes(
+            "all_gather", S * B * H * 2, t)
+        assert comm.tp_bytes_per_layer(S, B, H, t) == pytest.approx(4 * rs_ag, rel=1e-12)
+    assert comm.tp_bytes_per_layer(S, B, H, 8, bytes_per_value=4) == 2 * comm.tp_bytes_per_layer(S, B, H, 8)
+
+
+def test_cp_bytes_are_p_minus_1_over_p_of_k_and_v():
+    for p in (1, 2, 4, 16):
+        assert comm.cp_bytes_per_layer(8192, 1, 1024, p) == pytest.approx(2 * (p - 1) / p * 8192 * 1024 * 2)
+    with pytest.raises(ValueError, match=r"\bcp\b"):
+        comm.cp_bytes_per_layer(1000, 1, 1024, 16)
+    with pytest.raises(ValueError, match=r"\bkv_dim\b"):
+        comm.cp_bytes_per_layer(1024, 1, 0, 4)
+    with pytest.raises(ValueError, match=r"\btp\b"):
+        comm.tp_bytes_per_layer(1024, 1, 64, math.nan)
+
+
+def test_cli(capsys):
+    assert main(["activation_bytes_per_layer", "--seq-len", "2048", "--micro-batch", "1", "--d-model",
+                 "12288", "--n-heads", "96", "--tp", "8", "--sequence-parallel", "true"]) == 0
+    assert float(capsys.readouterr().out) == pytest.approx(342.0 * 2 ** 20, rel=1e-5)
+    with pytest.raises(SystemExit):
+        main(["activation_bytes_per_layer", "--seq-len", "2048", "--micro-batch", "1", "--d-model",
+              "12288", "--n-heads", "96", "--tp", "7"])
+    assert "argument --tp" in capsys.readouterr().err
