@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["ActivationMeter"]
+__all__ = ["ActivationMeter", "saved_bytes"]
 
 
 class ActivationMeter:
@@ -27,6 +27,7 @@ class ActivationMeter:
         self.size: dict[int, int] = {}
         self.live = 0
         self.peak = 0
+        self.saved: list[tuple[tuple[int, ...], str, int]] = []   # (shape, dtype, bytes) per new storage
 
     def _pack(self, t: torch.Tensor):
         key = t.untyped_storage().data_ptr()
@@ -34,6 +35,7 @@ class ActivationMeter:
             return t
         if key not in self.refs:
             self.refs[key], self.size[key] = 0, t.untyped_storage().nbytes()
+            self.saved.append((tuple(t.shape), str(t.dtype).removeprefix("torch."), self.size[key]))
             self.live += self.size[key]
             self.peak = max(self.peak, self.live)
         self.refs[key] += 1
@@ -49,6 +51,16 @@ class ActivationMeter:
         """Context manager: tensors saved for backward inside it are counted."""
         return torch.autograd.graph.saved_tensors_hooks(
             self._pack, lambda h: h.t if isinstance(h, _Held) else h)
+
+
+def saved_bytes(fn, *args, exclude: Sequence[torch.Tensor] = ()):
+    """Run ``fn(*args)`` and measure what autograd keeps for its backward: returns ``(output,
+    meter)`` with ``meter.live`` the bytes held (``meter.saved`` lists them). Keep ``output``
+    alive while reading the meter: freeing it frees the stash."""
+    meter = ActivationMeter(exclude)
+    with meter.track():
+        out = fn(*args)
+    return out, meter
 
 
 class _Held:

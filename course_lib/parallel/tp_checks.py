@@ -43,7 +43,8 @@ def unshard(model: nn.Module, group=None, *, grads: bool = False) -> dict[str, t
     return out
 
 
-def _batches(cfg: GPTConfig, steps: int, batch: int, seed: int = 1) -> torch.Tensor:
+def batches(cfg: GPTConfig, steps: int, batch: int, seed: int = 1) -> torch.Tensor:
+    """``steps`` batches of ``batch`` random token sequences of ``cfg.seq_len + 1`` (inputs + next)."""
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, cfg.vocab_size, (steps, batch, cfg.seq_len + 1), generator=g)
 
@@ -72,7 +73,7 @@ def tp_equivalence_worker(ctx, *, sequence_parallel: bool = False, regather: boo
             else (lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)))
     opt, opt_ref = make(tp.parameters()), make(ref.parameters())
     loss_gap, grad_gap, losses = 0.0, 0.0, []
-    for step, b in enumerate(_batches(cfg, steps, batch)):
+    for step, b in enumerate(batches(cfg, steps, batch)):
         _, loss = tp(b[:, :-1], b[:, 1:])
         loss.backward()
         if sequence_parallel:
@@ -112,9 +113,10 @@ def tp_layer_bytes_worker(ctx, *, sequence_parallel: bool = False, regather: boo
 
 def tp_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
     """Run several checks in one launch (start-up paid once): each case is ``{"check": name,
-    **kwargs}`` with name in :data:`CHECKS` ("train", "bytes", "ring", "torch_cp")."""
+    **kwargs}``, name one of "train", "bytes", "ring", "torch_cp", "dtensor", "activation"."""
+    from .tp_demos import activation_worker, dtensor_worker
     run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker, "ring": ring_attention_worker,
-           "torch_cp": torch_context_parallel_worker}
+           "torch_cp": torch_context_parallel_worker, "dtensor": dtensor_worker, "activation": activation_worker}
     return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
 
 
