@@ -103,3 +103,57 @@ def raise_after_peer_lost(ctx, bad_rank=1):
     t = torch.ones(2)
     dist.all_reduce(t, group=ctx.group)
     return t.tolist()
+
+
+def _zero_setup(seed=0):
+    """A small model with a frozen bias and two param groups, its data, and a single-process twin."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(6, 10), nn.Tanh(), nn.Linear(10, 3))
+    model[2].bias.requires_grad_(False)
+    x, y = torch.randn(8, 6), torch.randn(8, 3)
+    return model, x, y
+
+
+def _zero_groups(model, lr):
+    return [{"params": model[0].parameters(), "lr": lr}, {"params": model[2].parameters(), "lr": lr / 2}]
+
+
+def _zero_train(model, opt, x, y, steps):
+    import torch.nn.functional as F
+    for _ in range(steps):
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def zero_full_state(ctx, steps=3, stage=1, saved=None, saved_weights=None):
+    """ZeroOptimizer(AdamW) on this rank's slice of the batch; returns its full_state_dict and the
+    weights. With ``saved``, first loads that unsharded state (saved on any number of ranks) and
+    those weights, then trains ``steps`` more."""
+    import torch
+    from course_lib.parallel.zero import ZeroOptimizer
+    model, x, y = _zero_setup()
+    if saved_weights is not None:
+        model.load_state_dict(saved_weights)
+    opt = ZeroOptimizer(_zero_groups(model, 1e-2), torch.optim.AdamW, comm=ctx.group, stage=stage,
+                        weight_decay=0.1)
+    if saved is not None:
+        opt.load_full_state_dict(saved)
+    n, r = ctx.world_size, ctx.rank
+    _zero_train(model, opt, x[r::n], y[r::n], steps)   # equal slices: the mean of means is the mean
+    return {"state": opt.full_state_dict(), "weights": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def zero_reference(steps=3, saved=None, saved_weights=None):
+    """The same training on one process with a plain AdamW (optionally resumed from ``saved``)."""
+    import torch
+    model, x, y = _zero_setup()
+    if saved_weights is not None:
+        model.load_state_dict(saved_weights)
+    opt = torch.optim.AdamW(_zero_groups(model, 1e-2), weight_decay=0.1)
+    if saved is not None:
+        opt.load_state_dict(saved)
+    _zero_train(model, opt, x, y, steps)
+    return {"state": opt.state_dict(), "weights": model.state_dict()}

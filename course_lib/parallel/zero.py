@@ -51,6 +51,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
       None again; :meth:`full_grads` gathers the averaged gradients (after ``step``).
     * ``state_dict()`` is this rank's shard of the optimizer state: each rank saves its own and
       loads it back into a ZeroOptimizer built the same way on the same number of ranks.
+      :meth:`full_state_dict` gathers the whole state in ``optimizer_cls``'s own format (what an
+      unsharded optimizer over the same params would save), which :meth:`load_full_state_dict`
+      loads on any number of ranks and a plain ``optimizer_cls`` loads too.
     """
 
     def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer] = torch.optim.AdamW, *,
@@ -197,6 +200,64 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.optim.load_state_dict({"state": state_dict["state"], "param_groups": state_dict["param_groups"]})
         for outer, saved in zip(self.param_groups, state_dict["param_groups"]):
             outer.update({k: v for k, v in saved.items() if k != "params"})
+
+    def _param_index(self) -> dict[int, int]:
+        """Position of each parameter in the user's param groups: its key in a torch state dict."""
+        return {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+
+    def full_state_dict(self) -> dict:
+        """The whole optimizer state, unsharded, in ``optimizer_cls``'s own state-dict format.
+
+        A collective (every rank calls it, every rank gets the same dict): each state tensor shaped
+        like a shard is all-gathered bucket by bucket and cut back into one tensor per parameter;
+        per-shard scalars (Adam's ``step``) are the same on every rank and are copied."""
+        index, state = self._param_index(), {}
+        for b, shard_state in zip(self.buckets, (self.optim.state.get(b.extra["shard"], {}) for b in self.buckets)):
+            per_param = [{} for _ in b.params]
+            for key, value in shard_state.items():
+                if torch.is_tensor(value) and value.shape == b.extra["shard"].shape:
+                    full = torch.empty(b.numel, dtype=value.dtype, device=value.device)
+                    self.comm.all_gather(full, value.contiguous())
+                    for d, v in zip(per_param, b.views(full)):
+                        d[key] = v.clone()
+                else:
+                    for d in per_param:
+                        d[key] = value.clone() if torch.is_tensor(value) else value
+            state.update({index[id(p)]: d for p, d in zip(b.params, per_param) if d})
+        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
+                  for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def load_full_state_dict(self, state_dict: dict) -> None:
+        """Load an unsharded state dict (from :meth:`full_state_dict`, on any number of ranks, or from
+        a plain ``optimizer_cls`` over the same params): each rank keeps its own shard of it."""
+        index, saved = self._param_index(), state_dict["state"]
+        if len(state_dict["param_groups"]) != len(self.param_groups):
+            raise ValueError(f"state_dict has {len(state_dict['param_groups'])} param groups; "
+                             f"this optimizer has {len(self.param_groups)}")
+        n, r, inner = self.comm.world_size, self.comm.rank, {}
+        for i, b in enumerate(self.buckets):
+            states = [saved.get(index[id(p)], saved.get(str(index[id(p)]))) for p in b.params]
+            if all(st is None for st in states):
+                continue
+            if any(st is None for st in states):
+                raise ValueError("state_dict has state for some parameters of a bucket but not all")
+            shard = {}
+            for key, value in states[0].items():
+                # elementwise state has each parameter's shape; anything else (Adam's step) is shared
+                if all(torch.is_tensor(st[key]) and st[key].shape == p.shape for st, p in zip(states, b.params)) \
+                        and not (key == "step" and all(p.numel() == 1 for p in b.params)):
+                    full = torch.zeros(b.numel, dtype=value.dtype, device=b.extra["shard"].device)
+                    for v, st in zip(b.views(full), states):
+                        v.copy_(st[key])
+                    shard[key] = full.chunk(n)[r].clone()
+                else:
+                    shard[key] = value.clone() if torch.is_tensor(value) else value
+            inner[i] = shard
+        groups = self.optim.state_dict()["param_groups"]
+        self.optim.load_state_dict({"state": inner, "param_groups": groups})
+        for outer, g in zip(self.param_groups, state_dict["param_groups"]):
+            outer.update({k: v for k, v in g.items() if k != "params"})
 
     def _layout(self) -> dict:
         return {"rank": self.comm.rank, "world_size": self.comm.world_size, "stage": self.stage,
