@@ -109,3 +109,15 @@ def test_cli_prints_the_layout_and_its_explanation(capsys):
         main(["layout", "--n-params", "7e9", "--n-layers", "32", "--d-model", "4096", "--n-heads", "32",
               "--seq-len", "4096", "--global-batch-tokens", "4194304", "--n-gpus", "64", "--kv-heads", "5"])
     assert "argument --kv-heads" in capsys.readouterr().err
+
+
+def test_widget_callback_and_static_text():
+    from course_lib.layout_explain import layout_calculator, layout_widget, render_layout
+    r = layout_calculator(**(SMALL | dict(kv_heads=8)))
+    assert r["tp"] * r["cp"] * r["pp"] * r["dp"] == 64 and r["shape"].startswith("TP ")
+    text = render_layout(r)
+    assert r["explanation"] in text and "MFU" in text
+    box = layout_widget(**SMALL)                   # without a frontend it shows the same text
+    assert render_layout(layout_calculator(**SMALL)) in box._repr_mimebundle_()["text/plain"]
+    with pytest.raises(ValueError, match=r"\bn_gpus\b"):
+        layout_calculator(n_gpus=0)
