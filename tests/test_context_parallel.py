@@ -11,13 +11,14 @@ from course_lib.parallel.context import chunk_ids, merge_sequence, ring_attentio
 
 SCHEMES = ("contiguous", "zigzag")
 CASES = [dict(check="ring", scheme=s, dtype=d) for s in SCHEMES for d in (torch.float32, torch.float64)]
+TRAIN = [dict(check="cp_train", scheme=s) for s in SCHEMES]
 B, H, S, D = 1, 2, 32, 8     # ring_attention_worker's default shapes
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def results(request):
     p = request.param
-    cases = CASES + ([dict(check="torch_cp")] if not torch.cuda.is_available() else [])
+    cases = CASES + TRAIN + ([dict(check="torch_cp")] if not torch.cuda.is_available() else [])
     return p, launch(T.tp_cases_worker, p, threads_per_rank=1, timeout=120, cases=cases)
 
 
@@ -27,6 +28,16 @@ def test_ring_attention_is_exact_forward_and_backward(results):
         for case, r in zip(CASES, res):
             tol = 2e-6 if case["dtype"] == torch.float32 else 1e-14
             assert r["out_gap"] < tol and r["grad_gap"] < tol, (p, rank, case, r["out_gap"], r["grad_gap"])
+
+
+def test_context_parallel_gpt_trains_exactly_like_the_unsplit_gpt(results):
+    """Each rank holds 1/p of every sequence; with the gradients averaged over the ranks, loss,
+    gradients and parameters after 3 SGD steps equal the unsplit GPT's."""
+    p, by_rank = results
+    for rank, res in enumerate(by_rank):
+        for case, r in zip(TRAIN, res[len(CASES):]):
+            assert r["loss_gap"] < 2e-6 and r["grad_gap"] < 1e-6 and r["param_gap"] < 1e-6, (p, rank, case, r)
+            assert r["moved"] > 1e-3
 
 
 def test_bytes_sent_are_the_formula(results):
@@ -71,6 +82,11 @@ def test_split_and_merge_are_inverse():
 
 
 def test_bad_input_raises_value_error_naming_it():
+    from course_lib.model import GPT, GPTConfig
+    from course_lib.parallel.context import ContextParallelAttention
+    attn = GPT(GPTConfig(windows=(4, None)), seed=0).blocks[0].attn
+    with pytest.raises(ValueError, match="window"):
+        ContextParallelAttention(attn, None)
     with pytest.raises(ValueError, match="scheme"):
         chunk_ids(0, 2, "striped")
     with pytest.raises(ValueError, match="sequence length 10"):

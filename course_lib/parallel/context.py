@@ -15,6 +15,7 @@ worst 4p). :class:`RingComm` counts both the bytes sent and the score entries ea
 """
 from __future__ import annotations
 
+import copy
 import math
 import time
 
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from .._validate import choice
 
 __all__ = ["SCHEMES", "chunk_ids", "split_sequence", "merge_sequence", "RingComm", "ring_attention",
-           "causal_attention"]
+           "causal_attention", "ContextParallelAttention", "ContextParallelGPT"]
 
 SCHEMES = ("contiguous", "zigzag")
 
@@ -185,3 +186,58 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm: Ring
     Returns this rank's part of the output; differentiable (the backward is a second ring)."""
     choice("scheme", scheme, SCHEMES)
     return _RingAttention.apply(q, k, v, comm, scheme)
+
+
+class ContextParallelAttention(torch.nn.Module):
+    """A ``model.CausalSelfAttention`` (global attention) whose input is this rank's part of the
+    sequence: its own projections, ring attention in between. Shares ``attn``'s parameters."""
+
+    def __init__(self, attn: torch.nn.Module, comm: RingComm, scheme: str = "contiguous") -> None:
+        super().__init__()
+        if attn.window is not None:
+            raise ValueError(f"window={attn.window}: ring attention here is for global causal attention")
+        self.qkv, self.proj, self.n_heads, self.comm = attn.qkv, attn.proj, attn.n_heads, comm
+        self.scheme = choice("scheme", scheme, SCHEMES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, L, D = x.shape
+        q, k, v = (t.view(B, L, self.n_heads, D // self.n_heads).transpose(1, 2) for t in self.qkv(x).split(D, dim=2))
+        y = ring_attention(q, k, v, self.comm, self.scheme)
+        return self.proj(y.transpose(1, 2).reshape(B, L, D))
+
+
+class ContextParallelGPT(torch.nn.Module):
+    """A ``model.GPT`` (deep-copied) that takes this rank's part of every sequence.
+
+    ``forward(idx, targets=None)`` with ``idx`` (b, s/p) = ``split_sequence(full, rank, p, scheme,
+    dim=1)``: the positions are that part's, attention is ring attention over ``comm``'s group.
+    The loss is the mean over this rank's tokens; every weight's gradient is partial, so call
+    :meth:`average_grads` (an all-reduce over the group, as data parallelism does) before stepping.
+    Unlike data parallelism, the ranks share each *sequence*: CP raises the number of GPUs past
+    chapter 4's floor DP·s ≤ B without needing more sequences per batch."""
+
+    def __init__(self, gpt: torch.nn.Module, comm: RingComm, scheme: str = "contiguous") -> None:
+        super().__init__()
+        self.gpt, self.comm, self.scheme = copy.deepcopy(gpt), comm, choice("scheme", scheme, SCHEMES)
+        for block in self.gpt.blocks:
+            block.attn = ContextParallelAttention(block.attn, comm, scheme)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        p, r = self.comm.world_size, self.comm.rank
+        positions = split_sequence(torch.arange(idx.shape[1] * p), r, p, self.scheme, dim=0)
+        g = self.gpt
+        x = g.tok(idx) + g.pos(positions)
+        for block in g.blocks:
+            x = block(x)
+        logits = g.head(g.ln_f(x))
+        if targets is None:
+            return logits
+        return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+    def average_grads(self) -> None:
+        """Average every gradient over the group (equal token counts per rank: the global mean)."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.comm.group)
+        for g, new in zip(grads, (flat / self.comm.world_size).split([g.numel() for g in grads])):
+            g.copy_(new.view_as(g))

@@ -19,7 +19,8 @@ from ..model import GPT, GPTConfig
 from .counting import CountingComm
 from .tensor import ParallelBlock, TensorParallelGPT
 
-__all__ = ["TINY", "unshard", "tp_equivalence_worker", "tp_cases_worker", "tp_layer_bytes_worker", "tp_layer_bytes_formula"]
+__all__ = ["TINY", "unshard", "tp_equivalence_worker", "tp_cases_worker", "tp_layer_bytes_worker", "tp_layer_bytes_formula",
+           "ring_attention_worker", "cp_equivalence_worker", "torch_context_parallel_worker", "batches", "timed"]
 
 TINY = GPTConfig(vocab_size=64, seq_len=16, n_layers=2, n_heads=4, d_model=32)
 
@@ -113,10 +114,12 @@ def tp_layer_bytes_worker(ctx, *, sequence_parallel: bool = False, regather: boo
 
 def tp_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
     """Run several checks in one launch (start-up paid once): each case is ``{"check": name,
-    **kwargs}``, name one of "train", "bytes", "ring", "torch_cp", "dtensor", "activation"."""
+    **kwargs}``, name one of "train", "bytes", "ring", "cp_train", "torch_cp", "dtensor",
+    "activation"."""
     from .tp_demos import activation_worker, dtensor_worker
     run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker, "ring": ring_attention_worker,
-           "torch_cp": torch_context_parallel_worker, "dtensor": dtensor_worker, "activation": activation_worker}
+           "torch_cp": torch_context_parallel_worker, "dtensor": dtensor_worker, "activation": activation_worker,
+           "cp_train": cp_equivalence_worker}
     return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
 
 
@@ -193,3 +196,33 @@ def torch_context_parallel_worker(ctx, *, seq_len: int = 32) -> dict:
     except Exception as exc:  # noqa: BLE001 - the point is to report what it raises
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
     return {"ok": True, "gap": gap}
+
+
+def cp_equivalence_worker(ctx, *, scheme: str = "contiguous", steps: int = 3, batch: int = 2,
+                          cfg: GPTConfig = TINY) -> dict:
+    """A ContextParallelGPT (this rank's part of every sequence) trained with SGD beside the
+    unsplit GPT on the whole batches: largest global-loss gap, gradient gap and parameter gap."""
+    from .context import ContextParallelGPT, RingComm, split_sequence
+    ref = GPT(cfg, seed=0)
+    start = {k: p.detach().clone() for k, p in ref.named_parameters()}
+    cp = ContextParallelGPT(ref, RingComm(ctx.group), scheme)
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (cp, ref))
+    cut = lambda x: split_sequence(x, ctx.rank, ctx.world_size, scheme, dim=1)  # noqa: E731
+    loss_gap = grad_gap = 0.0
+    for step, b in enumerate(batches(cfg, steps, batch)):
+        _, loss = cp(cut(b[:, :-1]), cut(b[:, 1:]))
+        loss.backward()
+        cp.average_grads()
+        total = loss.detach().clone()
+        dist.all_reduce(total, group=ctx.group)
+        _, loss_ref = ref(b[:, :-1], b[:, 1:])
+        loss_ref.backward()
+        loss_gap = max(loss_gap, abs(float(total) / ctx.world_size - float(loss_ref)))
+        if step == 0:
+            grad_gap = _gap({k: p.grad for k, p in cp.gpt.named_parameters()},
+                            {k: p.grad for k, p in ref.named_parameters()})
+        for o in (opt, opt_ref):
+            o.step()
+            o.zero_grad()
+    return {"loss_gap": loss_gap, "grad_gap": grad_gap, "moved": _gap(dict(ref.named_parameters()), start),
+            "param_gap": _gap(dict(cp.gpt.named_parameters()), dict(ref.named_parameters()))}
