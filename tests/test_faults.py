@@ -113,3 +113,82 @@ def test_command_line(capsys):
     assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(math.sqrt(2 * 60 * 11000), rel=1e-5)
     assert main(["cluster_mtbf", "--gpu-mtbf-seconds", "1.8e8", "--n-gpus", "16384"]) == 0
     assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(1.8e8 / 16384, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- the resume drill
+def good_resume(ckpt_dir, total_steps, every):
+    import os
+
+    from course_lib.faults import drill
+    from course_lib.stability import checkpoint
+    model, optimizer, loader = drill.make_job()
+    path, step = os.path.join(ckpt_dir, "last.ckpt"), 0
+    if os.path.exists(path):
+        state = checkpoint.load(path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        loader.load_state_dict(state["loader"])
+        checkpoint.set_rng_state(state["rng"])
+        step = state["step"]
+    while step < total_steps:
+        drill.train_step(model, optimizer, loader)
+        step += 1
+        if step % every == 0:
+            checkpoint.save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                    "loader": loader.state_dict(), "rng": checkpoint.rng_state(),
+                                    "step": step}, path)
+    return model
+
+
+def _variant(old: str, new: str) -> str:
+    import inspect
+    src = inspect.getsource(good_resume)
+    assert old in src
+    return src.replace(old, new)
+
+
+def test_the_drill_kills_the_job_for_real_and_a_full_resume_is_bit_identical():
+    import inspect
+
+    from course_lib.faults import drill
+    res = drill.kill_and_resume(inspect.getsource(good_resume), "good_resume", kill_at=7)
+    assert res["error"] is None and res["bit_identical"], res
+    assert res["resumed_from"] == 4 and res["steps_redone"] == 3
+    assert res["positions_after_restart"] == list(range(5, 13))   # the second process went on from 4
+
+
+@pytest.mark.parametrize("old, new, what", [
+    ('        checkpoint.set_rng_state(state["rng"])\n', "", "rng"),
+    ('        optimizer.load_state_dict(state["optimizer"])\n', "", "optimizer"),
+    ('        loader.load_state_dict(state["loader"])\n', "", "loader"),
+])
+def test_a_resume_that_forgets_one_piece_of_state_is_not_bit_identical(old, new, what):
+    from course_lib.faults import drill
+    res = drill.kill_and_resume(_variant(old, new), "good_resume", kill_at=6)
+    assert res["error"] is None and res["resumed_from"] == 4 and not res["bit_identical"], (what, res)
+
+
+def test_the_grader_scores_resume_attempts():
+    """Partial credit for a restart from scratch (full marks: the master, in test_exercises.py);
+    'not implemented' for the stub."""
+    from course_lib.checks.ch12_failures import QUESTIONS
+    q = next(x for x in QUESTIONS if x.qid == "resume")
+    res = drill_grade(q, _variant("if os.path.exists(path):", "if False:"))
+    assert 0 < res.score < 4 and "step 0" in res.message
+    stub = q.grade(_stub, seed=0)
+    assert stub.score == 0 and "not implemented" in stub.message
+
+
+def drill_grade(q, source: str):
+    """Grade a function given as source text (as a notebook cell would define it)."""
+    import linecache
+    name = "<student-cell>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    ns: dict = {}
+    exec(compile(source, name, "exec"), ns)   # noqa: S102
+    return q.grade(ns["good_resume"], seed=1)
+
+
+def _stub(ckpt_dir, total_steps, every):
+    # YOUR CODE HERE
+    raise NotImplementedError("replace this line with your solution")
