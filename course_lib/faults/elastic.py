@@ -1,0 +1,302 @@
+"""A real elastic training job: the tiny GPT under ``torchrun``, killed, restarted, bit-identical.
+
+``torchrun --standalone --nnodes 1 --nproc-per-node N --max-restarts K -m course_lib.faults.elastic
+--out DIR --steps 12 --ckpt-every 3 --fault kill:5:1`` trains the course's GPT with FSDP2
+(``fully_shard``) on gloo and checkpoints it with DCP every ``ckpt-every`` steps
+(:class:`~course_lib.faults.dcp_demo.ShardedCheckpointer`). When a rank dies, torch's elastic agent
+stops the other ranks and starts the whole group again (``TORCHELASTIC_RESTART_COUNT`` counts the
+attempts); the new ranks resume from the last *complete* checkpoint. Everything a step depends on
+is in that checkpoint: the weights and AdamW state, the step, and the data loader's position and
+random generator, so the resumed job computes exactly the same updates and ends with weights
+bit-identical to a run that never failed. Work since that checkpoint is lost and redone.
+
+Faults are injected on purpose, one per attempt (fault ``i`` fires in attempt ``i``):
+``kill:S:R`` SIGKILLs rank R in the middle of step S (after its backward pass), ``save:S:R``
+SIGKILLs rank R inside the save of step S after it wrote its shard (a partial checkpoint), and
+``hang:S:R`` makes rank R stop responding before step S, which the process-group timeout turns
+into an error and a restart. :func:`run_job` launches the job from Python and reads back what
+happened (``course_lib.faults.monitor`` has the straggler monitor and the hang demo).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, get_state_dict,
+                                                     set_state_dict)
+
+from ..model import GPT, GPTConfig
+from ..stability.checkpoint import save_atomic
+from .dcp_demo import ShardedCheckpointer, checkpoint_dir, incomplete_steps
+
+__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "train"]
+
+DEMO_CONFIG = {"vocab_size": 64, "seq_len": 16, "n_layers": 2, "n_heads": 2, "d_model": 32}
+FAULT_KINDS = ("kill", "save", "hang")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A failure to inject: ``kind`` (kill | save | hang) hits rank ``rank`` at step ``step``."""
+
+    kind: str
+    step: int
+    rank: int
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        """``"kill:5:1"`` -> Fault("kill", 5, 1)."""
+        kind, step, rank = text.split(":")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {kind!r}")
+        return cls(kind, int(step), int(rank))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.step}:{self.rank}"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """What the job trains and how it checkpoints; ``faults[i]`` fires in attempt ``i``."""
+
+    steps: int = 12
+    ckpt_every: int = 3
+    global_batch: int = 8
+    seed: int = 0
+    lr: float = 3e-3
+    model: dict = field(default_factory=lambda: dict(DEMO_CONFIG))
+    faults: tuple[Fault, ...] = ()
+    async_save: bool = False
+    timeout_s: float = 30.0     # the process-group timeout: how long a collective may wait
+
+    def argv(self, out: str | Path) -> list[str]:
+        """The command-line arguments that make ``python -m course_lib.faults.elastic`` run this."""
+        args = ["--out", str(out), "--steps", str(self.steps), "--ckpt-every", str(self.ckpt_every),
+                "--global-batch", str(self.global_batch), "--seed", str(self.seed), "--lr", repr(self.lr),
+                "--model", json.dumps(self.model), "--timeout", repr(self.timeout_s)]
+        args += [a for f in self.faults for a in ("--fault", str(f))]
+        return args + (["--async-save"] if self.async_save else [])
+
+
+def demo_tokens(vocab_size: int, n: int, seed: int) -> torch.Tensor:
+    """A learnable token stream: a fixed cyclic pattern with 10 % of tokens replaced at random."""
+    gen = torch.Generator().manual_seed(seed)
+    base = (torch.arange(n) * 5 + torch.arange(n) // 7) % vocab_size
+    noise = torch.randint(0, vocab_size, (n,), generator=gen)
+    return torch.where(torch.rand(n, generator=gen) < 0.1, noise, base)
+
+
+class WindowLoader:
+    """Random windows of a token stream, drawn with the loader's own generator.
+
+    Its state is the generator's state and the number of batches drawn: a resumed job that does
+    not restore both sees different batches, and its weights diverge from the uninterrupted run.
+    """
+
+    def __init__(self, tokens: torch.Tensor, batch: int, seq_len: int, seed: int) -> None:
+        self.tokens, self.batch, self.seq_len = tokens, batch, seq_len
+        self.gen = torch.Generator().manual_seed(seed)
+        self.position = 0
+
+    def next(self) -> torch.Tensor:
+        """The next (batch, seq_len + 1) window of token ids."""
+        starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (self.batch,), generator=self.gen)
+        self.position += 1
+        return torch.stack([self.tokens[s:s + self.seq_len + 1] for s in starts.tolist()])
+
+    def state_dict(self) -> dict:
+        return {"generator": self.gen.get_state(), "position": torch.tensor(self.position)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gen.set_state(state["generator"])
+        self.position = int(state["position"])
+
+
+class TrainState:
+    """Everything a step depends on, as one DCP ``Stateful``: sharded model and optimizer state
+    (via ``get_state_dict``, so they reshard on load), the loader, and the step count."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: WindowLoader) -> None:
+        self.model, self.optimizer, self.loader, self.step = model, optimizer, loader, 0
+
+    def state_dict(self) -> dict:
+        msd, osd = get_state_dict(self.model, self.optimizer)
+        return {"model": msd, "optim": osd, "loader": self.loader.state_dict(), "step": torch.tensor(self.step)}
+
+    def load_state_dict(self, state: dict) -> None:
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self.loader.load_state_dict(state["loader"])
+        self.step = int(state["step"])
+
+
+def digest(state: dict) -> str:
+    """SHA-256 of a (nested) state dict's tensors' bytes and its numbers, in key order."""
+    h = hashlib.sha256()
+
+    def feed(prefix: str, obj) -> None:
+        if isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                feed(f"{prefix}.{k}", obj[k])
+        elif isinstance(obj, torch.Tensor):
+            h.update(prefix.encode())
+            h.update(obj.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{prefix}={obj!r}".encode())
+    feed("", state)
+    return h.hexdigest()
+
+
+class _DyingWriter(FileSystemWriter):
+    """A DCP writer whose rank SIGKILLs itself right after writing its shard: a save cut short."""
+
+    def write_data(self, plan, planner):
+        future = super().write_data(plan, planner)
+        future.wait()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _build(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
+    """The FSDP2-sharded GPT, its AdamW and its loader, identical on every attempt."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    cfg = GPTConfig(**job.model)
+    model = GPT(cfg, seed=job.seed)
+    mesh = DeviceMesh.from_group(group, "cpu")
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.1, foreach=False)
+    loader = WindowLoader(demo_tokens(cfg.vocab_size, 4096, job.seed), job.global_batch, cfg.seq_len, job.seed + 1)
+    return TrainState(model, opt, loader)
+
+
+def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group: dist.ProcessGroup,
+          attempt: int = 0) -> dict:
+    """Run (or resume) the job on this rank; return the final weights' and optimizer's digests.
+
+    Collective over ``group`` (training) and ``ckpt_group`` (checkpoints; a separate group so
+    async saves never interleave with training collectives). Rank 0 appends one JSON line per
+    event to ``out/log.jsonl`` and writes the final full weights to ``out/final.pt``.
+    """
+    out = Path(out)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    if job.global_batch % world:
+        raise ValueError(f"global_batch ({job.global_batch}) must be divisible by the world size ({world})")
+    fault = job.faults[attempt] if attempt < len(job.faults) else None
+    mine = fault if fault is not None and fault.rank == rank else None
+    doomed = str(checkpoint_dir(out / "ckpt", mine.step)) if mine and mine.kind == "save" else None
+    writer = lambda path: (_DyingWriter if path == doomed else FileSystemWriter)(path)  # noqa: E731
+    ckpt = ShardedCheckpointer(out / "ckpt", ckpt_group, use_async=job.async_save, storage_writer=writer)
+    log = _Log(out / "log.jsonl", attempt) if rank == 0 else None
+    state = _build(job, group)
+    start = ckpt.latest()
+    if log:
+        log("start", resumed_from=start or 0, incomplete=incomplete_steps(out / "ckpt"), world=world)
+    if start is not None:
+        ckpt.load({"train": state}, start)
+    per = job.global_batch // world
+    while state.step < job.steps:
+        step = state.step + 1
+        if mine and mine.kind == "hang" and step == mine.step:
+            time.sleep(100 * job.timeout_s)    # stops responding; the peers' collectives time out
+        batch = state.loader.next()[rank * per:(rank + 1) * per]
+        loss = state.model(batch[:, :-1], batch[:, 1:])[1]
+        loss.backward()
+        if mine and mine.kind == "kill" and step == mine.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        state.optimizer.step()
+        state.optimizer.zero_grad()
+        state.step = step
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=group)
+        if log:
+            log("step", step=step, loss=round(mean.item() / world, 6))
+        if step % job.ckpt_every == 0 or step == job.steps:
+            blocked = ckpt.save({"train": state}, step)
+            if log:
+                log("saved", step=step, blocking_s=round(blocked, 6))
+    ckpt.wait()
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(state.model, options=full)
+    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
+    result = {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
+    if rank == 0:
+        save_atomic({"model": weights, "step": state.step}, out / "final.pt")
+        log("done", **result)
+    return result
+
+
+class _Log:
+    """Rank 0's event log: one JSON object per line, flushed at once (a kill loses at most one)."""
+
+    def __init__(self, path: Path, attempt: int) -> None:
+        self.path, self.attempt = path, attempt
+
+    def __call__(self, event: str, **fields) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"event": event, "attempt": self.attempt, "t": time.time(), **fields}) + "\n")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
+    """The job and output directory from ``python -m course_lib.faults.elastic`` arguments."""
+    p = argparse.ArgumentParser(prog="python -m course_lib.faults.elastic", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--ckpt-every", type=int, default=3)
+    p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--model", type=json.loads, default=dict(DEMO_CONFIG))
+    p.add_argument("--timeout", type=float, default=30.0, help="process-group timeout, seconds")
+    p.add_argument("--fault", action="append", default=[], type=Fault.parse, help="kind:step:rank")
+    p.add_argument("--async-save", action="store_true")
+    a = p.parse_args(argv)
+    job = JobConfig(a.steps, a.ckpt_every, a.global_batch, a.seed, a.lr, a.model, tuple(a.fault),
+                    a.async_save, a.timeout)
+    return job, a.out
+
+
+def _init_process_group(attempt: int, timeout: datetime.timedelta) -> None:
+    """Join this attempt's gloo group. torchrun's agent keeps one key-value store for all attempts
+    (TORCHELASTIC_USE_AGENT_STORE), where the dead ranks' addresses stay: without a prefix per
+    attempt, a new rank may read a dead peer's address and fail with "Connection refused"."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        dist.init_process_group("gloo", timeout=timeout)
+        return
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                          is_master=False, timeout=timeout)
+    dist.init_process_group("gloo", store=dist.PrefixStore(f"attempt_{attempt}", store), rank=rank,
+                            world_size=world, timeout=timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of one rank under torchrun: set up both process groups, train, tear down."""
+    from ..dist import _die_with_parent
+    _die_with_parent()                  # if the elastic agent is killed, its ranks die with it
+    job, out = parse_args(argv)
+    torch.set_num_threads(1)            # the same kernels on every attempt and under any launcher
+    timeout = datetime.timedelta(seconds=job.timeout_s)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    _init_process_group(attempt, timeout)
+    ckpt_group = dist.new_group(backend="gloo", timeout=timeout)
+    try:
+        train(job, out, dist.group.WORLD, ckpt_group, attempt)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
