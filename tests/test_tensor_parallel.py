@@ -10,6 +10,7 @@ from course_lib.dist import launch
 from course_lib.model import GPT
 from course_lib.parallel import tp_checks as T
 from course_lib.parallel.counting import CountingComm
+from course_lib.parallel.sequence import gather_sequence, scatter_sequence
 from course_lib.parallel.tensor import ColumnParallelLinear, ParallelBlock
 
 TRAIN = [dict(check="train"),
@@ -107,12 +108,23 @@ def _one_rank(ctx):
     assert comm.total() == 0
 
 
-def test_bad_degrees_raise_value_errors_naming_the_dimension():
-    launch(_bad_degree, 2, threads_per_rank=1)
+def test_sequence_collectives_and_bad_degrees():
+    launch(_sequence_ops_and_bad_degree, 2, threads_per_rank=1)
 
 
-def _bad_degree(ctx):
-    comm = CountingComm(ctx.group)
+def _sequence_ops_and_bad_degree(ctx):
+    """gather_sequence / scatter_sequence are conjugate: gather's gradient is the reduce-scatter of
+    the ranks' gradients, scatter's forward sums the ranks' inputs and keeps this rank's slice."""
+    comm, r = CountingComm(ctx.group), ctx.rank
+    full = torch.arange(2 * 4 * 3, dtype=torch.float32).view(2, 4, 3)
+    mine = full[:, 2 * r:2 * r + 2].clone().requires_grad_()
+    gathered = gather_sequence(mine, comm)
+    assert torch.equal(gathered, full)
+    (gathered * (r + 1)).sum().backward()               # rank gradients 1 and 2: summed, 3
+    assert torch.equal(mine.grad, torch.full_like(mine, 3.0))
+    assert torch.equal(scatter_sequence(full * (r + 1), comm), 3 * full[:, 2 * r:2 * r + 2])
+    with pytest.raises(ValueError, match="sequence length 3"):
+        scatter_sequence(torch.zeros(1, 3, 2), comm)
     with pytest.raises(ValueError, match="out_features"):
         ColumnParallelLinear(torch.nn.Linear(4, 5), comm)
     with pytest.raises(ValueError, match="n_heads"):

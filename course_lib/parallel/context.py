@@ -70,8 +70,8 @@ class RingComm:
     this rank's blocks computed (the load the split balances or not); ``compute_seconds`` and
     ``wait_seconds``: time computing blocks and time blocked waiting for the next block."""
 
-    def __init__(self, group=None) -> None:
-        self.group = group if group is not None else dist.group.WORLD
+    def __init__(self, group) -> None:
+        self.group = group
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
         self._ranks = [dist.get_global_rank(self.group, r) for r in range(self.world_size)]
         self.reset()

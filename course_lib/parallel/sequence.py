@@ -46,40 +46,28 @@ def seq_reduce_scatter(comm: CountingComm, x: torch.Tensor) -> torch.Tensor:
     return out.view(x.shape[1] // t, x.shape[0], *x.shape[2:]).transpose(0, 1)
 
 
-class _GatherSeq(torch.autograd.Function):
-    """All-gather along the sequence forward; reduce-scatter of the gradient backward."""
+class _SeqCollective(torch.autograd.Function):
+    """All-gather along the sequence forward and reduce-scatter of the gradient backward
+    (``gather=True``), or the conjugate: reduce-scatter forward, all-gather backward."""
 
     @staticmethod
-    def forward(ctx, x, comm):
-        ctx.comm = comm
-        return seq_all_gather(comm, x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return seq_reduce_scatter(ctx.comm, grad), None
-
-
-class _ScatterSeq(torch.autograd.Function):
-    """Reduce-scatter along the sequence forward; all-gather of the gradient backward."""
-
-    @staticmethod
-    def forward(ctx, x, comm):
-        ctx.comm = comm
-        return seq_reduce_scatter(comm, x)
+    def forward(ctx, x, comm, gather):
+        ctx.comm, ctx.gather = comm, gather
+        return (seq_all_gather if gather else seq_reduce_scatter)(comm, x)
 
     @staticmethod
     def backward(ctx, grad):
-        return seq_all_gather(ctx.comm, grad), None
+        return (seq_reduce_scatter if ctx.gather else seq_all_gather)(ctx.comm, grad), None, None
 
 
 def gather_sequence(x: torch.Tensor, comm: CountingComm) -> torch.Tensor:
     """Differentiable all-gather along dim 1 (the conjugate of :func:`scatter_sequence`)."""
-    return _GatherSeq.apply(x, comm)
+    return _SeqCollective.apply(x, comm, True)
 
 
 def scatter_sequence(x: torch.Tensor, comm: CountingComm) -> torch.Tensor:
     """Differentiable reduce-scatter along dim 1: where a row-parallel linear ends under SP."""
-    return _ScatterSeq.apply(x, comm)
+    return _SeqCollective.apply(x, comm, False)
 
 
 class GatheredLinear(torch.autograd.Function):

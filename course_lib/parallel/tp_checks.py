@@ -25,7 +25,7 @@ __all__ = ["TINY", "unshard", "tp_equivalence_worker", "tp_cases_worker", "tp_la
 TINY = GPTConfig(vocab_size=64, seq_len=16, n_layers=2, n_heads=4, d_model=32)
 
 
-def unshard(model: nn.Module, group=None, *, grads: bool = False) -> dict[str, torch.Tensor]:
+def unshard(model: nn.Module, group, *, grads: bool = False) -> dict[str, torch.Tensor]:
     """Every parameter (or its gradient) of a tensor-parallel ``model`` reassembled to full size,
     by name, on every rank (uncounted ``all_gather`` on ``group``: a check, not training)."""
     out = {}
