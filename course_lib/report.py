@@ -39,8 +39,17 @@ def compare_table(rows: Iterable[Sequence], *, digits: int = 3, tolerance: float
     return "\n".join(out)
 
 
+_SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
 def si(x: float) -> str:
-    """``x`` with 3 significant digits and a k/M/B/T suffix (1.23B), as the book's tables quote sizes."""
+    """``x`` with 3 significant digits and a k/M/B/T suffix (1.23B), as the book's tables quote sizes;
+    from 10¹⁵ on (FLOP counts) as a power of ten, 3.15 × 10²³, the way papers quote compute."""
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1e15:
+        mantissa, exponent = f"{x:.2e}".split("e")
+        return f"{float(mantissa):.3g} × 10{str(int(exponent)).translate(_SUPERSCRIPT)}"
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(x) >= scale:
             return f"{x / scale:.3g}{unit}"
