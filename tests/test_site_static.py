@@ -123,7 +123,7 @@ def _mini_book(root: Path) -> None:
     (root / "exercises").mkdir()
     (root / "conf.py").write_text(MINI_CONF.format(ext=str(EXT)), encoding="utf-8")
     (root / "_toc.yml").write_text(yaml.safe_dump(MINI_TOC), encoding="utf-8")
-    (root / "index.md").write_text("# Home\n\nSee [the solutions](solutions/s1.ipynb).\n", encoding="utf-8")
+    (root / "index.md").write_text("# Home\n\nSee [the solutions](solutions/s1.ipynb). Answers: [](solutions/s1.ipynb)\n", encoding="utf-8")
     (root / "ch.md").write_text("# Chapter\n\nThe {download}`exercises <exercises/s1.ipynb>`{answers}`s1` "
                                 "grade your work; {doc}`all answers <solutions/s1>`.\n", encoding="utf-8")
     for folder, body in (("solutions", "### BEGIN SOLUTION\nanswer_value = 2 + 2\n### END SOLUTION\nprint(answer_value)"),

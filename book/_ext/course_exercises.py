@@ -145,8 +145,9 @@ class DropSolutionLinks(SphinxPostTransform):
             target = str(node.get("reftarget", ""))
             if node["reftype"] == "doc" and not target.startswith("/"):   # {doc} is relative to its page
                 target = posixpath.normpath(posixpath.join(posixpath.dirname(node.get("refdoc", "")), target))
-            if _is_solution(target):
-                node.replace_self(nodes.inline("", node.astext(), classes=["course-answers-omitted"]))
+            if _is_solution(target):   # a link with no text of its own would show its target: show nothing
+                text = node.astext() if node.get("refexplicit") else ""
+                node.replace_self(nodes.inline("", text, classes=["course-answers-omitted"]))
 
 
 def _on_build_finished(app: Sphinx, exception: Exception | None) -> None:
