@@ -192,3 +192,10 @@ def drill_grade(q, source: str):
 def _stub(ckpt_dir, total_steps, every):
     # YOUR CODE HERE
     raise NotImplementedError("replace this line with your solution")
+
+
+def test_the_ledger_states_the_computed_failure_count():
+    from course_lib import claims
+    text = claims.render(next(c for c in claims.CLAIMS if c.number == 20))
+    assert "about 698" in text and "3.1 h" in text and "≈47k" in text
+    assert claims.verdict_of(20) == "IMPRECISE" and next(c for c in claims.CLAIMS if c.number == 20).note == 2
