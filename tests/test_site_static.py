@@ -351,3 +351,16 @@ def test_flop_counts_print_in_one_format(html_dir: Path) -> None:
     prose = re.sub(r"\s+", " ", text.get_text(" "))
     assert "× 10²³ FLOP" in prose and "× 10²⁵" in prose
     assert not re.search(r"\d\.\d+e\+\d+ FLOP", prose), "a FLOP count printed as 1.23e+24"
+
+
+def test_every_figure_can_be_cross_referenced(html_dir: Path) -> None:
+    """Each figure's label is in objects.inv, so {numref}`fig-book-07_fp16-1` resolves."""
+    import posixpath
+
+    from sphinx.util.inventory import InventoryFile
+    with (html_dir / "objects.inv").open("rb") as f:
+        labels = InventoryFile.load(f, "", posixpath.join).get("std:label", {})
+    ids = {fig["id"] for page in _pages(html_dir) for fig in _soup(page).select("main figure[id]")
+           if fig.find("img") is not None}
+    targets = {entry[2].split("#")[-1] for name, entry in labels.items() if name.startswith("fig-")}
+    assert len(ids) > 30 and ids <= targets, f"figures without a label: {sorted(ids - targets)[:5]}"
