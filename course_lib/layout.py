@@ -32,13 +32,13 @@ import math
 from dataclasses import dataclass, replace
 
 from . import comm
-from ._validate import calculator, flag, fraction, positive, positive_int, zero_stage
+from ._validate import calculator, choice, flag, fraction, positive, positive_int, zero_stage
 from .hardware import lookup
-from .memory import _activation_bytes, _breakdown
+from .memory import RECOMPUTE, _activation_bytes, _breakdown
 from .layout_explain import MEGATRON_2021, explain, gb, llama3_405b, megatron_1t
 from .network import DGX_H100_NDR, Network
 
-__all__ = ["Layout", "plan_layouts", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021"]
+__all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021"]
 
 _POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128
 
@@ -260,6 +260,26 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero)
     return [x for x in _all(job) if x.fits]
+
+
+def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: int, d_model: int,
+             n_heads: int, seq_len: int, global_batch_tokens: float, v: int = 1, zero: int = 1,
+             recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
+             compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
+             kv_heads: int | None = None) -> Layout:
+    """The planner's memory and step time for one given layout (e.g. a published one), whether or
+    not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s)."""
+    degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
+    job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
+        degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
+        flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero))
+    mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
+    want = (tp, cp, pp, dp, v, zero, mode)
+    if want not in set(_candidates(job, (mode,))):
+        raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP must divide the "
+                         f"heads and the node, CP the sequence, and each pipeline needs m >= PP "
+                         f"microbatches (a multiple of PP when interleaved)")
+    return _evaluate(job, *want)
 
 
 @calculator
