@@ -270,7 +270,8 @@ def test_chapter_exercise_links_open_the_student_notebook(html_dir: Path) -> Non
     for page in sorted((html_dir / "book").glob("[01][0-9]_*.html")):
         soup = _soup(page)
         links = [a for a in soup.select("main a.download") if a["href"].endswith(f"/{page.stem}.ipynb")]
-        assert links, f"{page.name}: no download link to exercises/{page.stem}.ipynb"
+        assert links, (f"{page.name}: no download link to exercises/{page.stem}.ipynb; write the chapter's link as "
+                       f"{{download}}`exercises <../exercises/{page.stem}.ipynb>`{{answers}}`{page.stem}`")
         notebook = (page.parent / links[0]["href"]).read_text(encoding="utf-8")
         assert "NotImplementedError" in notebook and "### BEGIN SOLUTION" not in notebook, page.name
         answers = [a["href"] for a in soup.select("main .course-answers a")]
