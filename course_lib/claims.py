@@ -93,7 +93,7 @@ CLAIMS: tuple[Claim, ...] = (
           "context and expert parallelism, which split one sequence's work, multiply it; pipeline "
           "parallelism does not (its m ≥ p microbatches count against the same batch).",
           "mccandlish2018largebatch",
-          ("book/04_dp_fsdp.md#sec-04-batch-floor",)),
+          ("book/04_dp_fsdp.md#sec-04-batch-floor", "book/11_tensor_context.md#sec-11-batch-floor")),
     Claim(4, "B300 has 288 GB of HBM.", "TRUE", "288 GB HBM3e per GPU (datasheet); usable capacity can be "
           "a little lower.", "NVIDIA B300 documentation",
           ("book/01_flops.md#sec-01-days", "book/04_dp_fsdp.md#sec-04-dp")),
@@ -134,7 +134,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(13, "Attention costs 4Ls FLOPs per token; ≈4% of a 7B model's compute at s=4096, >90% at s=10⁵.",
           "FALSE", "The formula misses d: it is 2·L·s·d per token causal (4·L·s·d full), i.e. {attn_c}% "
           "(causal) or {attn_f}% (full) at s=4096, and attention equals the dense compute at s ≈ {cross}k.",
-          "kaplan2020scaling", ("book/01_flops.md#sec-01-attention", "notebooks/01_flops_lab.ipynb#c08")),
+          "kaplan2020scaling", ("book/01_flops.md#sec-01-attention", "notebooks/01_flops_lab.ipynb#c08",
+                                "book/11_tensor_context.md#sec-11-cp")),
     Claim(14, "1024 H100 at 45% MFU train 34B parameters on 8T tokens in ≈41 days.", "TRUE",
           "{days} days with the dense 989 TFLOP/s peak; the 1979 sparsity figure would wrongly give "
           "{days_sparse}.", "NVIDIA H100 datasheet", ("book/01_flops.md#sec-01-days",)),
