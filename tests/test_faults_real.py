@@ -75,3 +75,65 @@ def test_fault_spec_round_trips():
     assert Fault.parse("kill:5:1") == Fault("kill", 5, 1) and str(Fault("hang", 2, 0)) == "hang:2:0"
     with pytest.raises(ValueError, match="fault kind"):
         Fault.parse("explode:1:0")
+
+
+# ------------------------------------------------------------------ DCP: resharding, async saves
+def test_a_checkpoint_saved_by_4_ranks_loads_on_2_bit_identical(tmp_path):
+    from course_lib.faults.dcp_demo import reshard_check
+    r = reshard_check(tmp_path, save_ranks=4, load_ranks=2, steps=2)
+    assert r["shard_files"] == 4                      # every saving rank wrote its own shard
+    assert r["state_identical"]                       # weights, AdamW moments, step: same bits
+    assert r["next_loss_identical"] and r["next_loss_saved"] == r["next_loss_loaded"]
+
+
+def test_checkpoint_markers_decide_what_is_complete(tmp_path):
+    from course_lib.faults.dcp_demo import (MARKER, checkpoint_dir, complete_steps, incomplete_steps,
+                                            latest_complete)
+    assert latest_complete(tmp_path / "none") is None
+    for step in (3, 6, 9):
+        checkpoint_dir(tmp_path, step).mkdir()
+    for step in (3, 6):
+        (checkpoint_dir(tmp_path, step) / MARKER).write_text("{}")
+    (tmp_path / "step_x").mkdir()
+    assert complete_steps(tmp_path) == [3, 6] and incomplete_steps(tmp_path) == [9]
+    assert latest_complete(tmp_path) == 6
+
+
+@pytest.mark.serial
+def test_async_save_blocks_training_less_than_a_sync_save(tmp_path):
+    from course_lib.faults.dcp_demo import async_vs_sync
+    r = async_vs_sync(tmp_path, repeats=3, overlap_steps=2)
+    assert r["async_intact"]                          # each async checkpoint = weights when taken
+    assert r["checkpoint_bytes"] > 1e6
+    assert r["async_blocking_s"] < r["sync_s"]
+
+
+# ------------------------------------------------------------------ stragglers
+def test_the_straggler_monitor_flags_the_slowed_rank_and_only_it():
+    from course_lib.faults.monitor import straggler_demo
+    r = straggler_demo(world_size=3, steps=6, slow_rank=2, slow_s=0.15, threshold=3.0)
+    assert r["flagged"] == [2] and r["first_flagged_step"] == 3    # after `patience` steps
+    assert r["compute_s"][2] > 3 * max(r["compute_s"][:2])
+    # the step time (compute + waiting in the all-reduce) is the slow rank's on every rank
+    assert min(r["step_s"]) > 0.15
+
+
+def record_worker(ctx, times):
+    """Feed the monitor given per-rank compute times (exact, unlike a loaded machine's clock)."""
+    from course_lib.faults.monitor import StragglerMonitor
+    monitor = StragglerMonitor(ctx.group, threshold=1.5, patience=3)
+    flags = []
+    for row in times:
+        monitor.record(row[ctx.rank])
+        flags.append(monitor.step())
+    return flags, monitor.history
+
+
+def test_the_monitor_needs_a_sustained_slowdown_and_every_rank_agrees():
+    from course_lib.dist import launch
+    ok, slow = [1.0, 1.0, 1.1], [1.0, 1.0, 2.0]
+    times = [ok, slow, ok, ok, slow, slow, slow, ok, ok, ok]
+    (flags, history), *others = launch(record_worker, 3, backend="gloo", times=times)
+    assert history == times and all(o == (flags, history) for o in others)
+    # one slow step among calm ones flags nobody; three in the window flag rank 2 until they age out
+    assert flags == [[], [], [], [], [], [2], [2], [2], [], []]

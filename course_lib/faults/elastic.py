@@ -40,7 +40,8 @@ from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
 from .dcp_demo import ShardedCheckpointer, checkpoint_dir, incomplete_steps
 
-__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "train"]
+__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "build_state", "train_step",
+           "full_digests", "digest", "train"]
 
 DEMO_CONFIG = {"vocab_size": 64, "seq_len": 16, "n_layers": 2, "n_heads": 2, "d_model": 32}
 FAULT_KINDS = ("kill", "save", "hang")
@@ -157,16 +158,21 @@ def digest(state: dict) -> str:
     return h.hexdigest()
 
 
+def _sigkill_self() -> None:
+    """Die at once, as on a hardware fault: no exception, no cleanup, no goodbye to the peers."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class _DyingWriter(FileSystemWriter):
     """A DCP writer whose rank SIGKILLs itself right after writing its shard: a save cut short."""
 
     def write_data(self, plan, planner):
         future = super().write_data(plan, planner)
         future.wait()
-        os.kill(os.getpid(), signal.SIGKILL)
+        _sigkill_self()
 
 
-def _build(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
+def build_state(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
     """The FSDP2-sharded GPT, its AdamW and its loader, identical on every attempt."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
@@ -179,6 +185,32 @@ def _build(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
     opt = torch.optim.AdamW(model.parameters(), lr=job.lr, weight_decay=0.1, foreach=False)
     loader = WindowLoader(demo_tokens(cfg.vocab_size, 4096, job.seed), job.global_batch, cfg.seq_len, job.seed + 1)
     return TrainState(model, opt, loader)
+
+
+def train_step(state: TrainState, group: dist.ProcessGroup, before_update=None) -> float:
+    """One optimizer step on this rank's slice of the next global batch; return the mean loss
+    over all ranks. ``before_update`` runs between the backward pass and the update."""
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    per = state.loader.batch // world
+    batch = state.loader.next()[rank * per:(rank + 1) * per]
+    loss = state.model(batch[:, :-1], batch[:, 1:])[1]
+    loss.backward()
+    if before_update is not None:
+        before_update()
+    state.optimizer.step()
+    state.optimizer.zero_grad()
+    state.step += 1
+    mean = loss.detach().clone()
+    dist.all_reduce(mean, group=group)
+    return mean.item() / world
+
+
+def full_digests(state: TrainState) -> dict:
+    """Digests of the whole (unsharded) weights and AdamW state, and the step (collective)."""
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(state.model, options=full)
+    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
+    return {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
 
 
 def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group: dist.ProcessGroup,
@@ -199,38 +231,27 @@ def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group:
     writer = lambda path: (_DyingWriter if path == doomed else FileSystemWriter)(path)  # noqa: E731
     ckpt = ShardedCheckpointer(out / "ckpt", ckpt_group, use_async=job.async_save, storage_writer=writer)
     log = _Log(out / "log.jsonl", attempt) if rank == 0 else None
-    state = _build(job, group)
+    state = build_state(job, group)
     start = ckpt.latest()
     if log:
         log("start", resumed_from=start or 0, incomplete=incomplete_steps(out / "ckpt"), world=world)
     if start is not None:
         ckpt.load({"train": state}, start)
-    per = job.global_batch // world
     while state.step < job.steps:
         step = state.step + 1
         if mine and mine.kind == "hang" and step == mine.step:
             time.sleep(100 * job.timeout_s)    # stops responding; the peers' collectives time out
-        batch = state.loader.next()[rank * per:(rank + 1) * per]
-        loss = state.model(batch[:, :-1], batch[:, 1:])[1]
-        loss.backward()
-        if mine and mine.kind == "kill" and step == mine.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-        state.optimizer.step()
-        state.optimizer.zero_grad()
-        state.step = step
-        mean = loss.detach().clone()
-        dist.all_reduce(mean, group=group)
+        die = mine is not None and mine.kind == "kill" and step == mine.step
+        loss = train_step(state, group, before_update=_sigkill_self if die else None)
         if log:
-            log("step", step=step, loss=round(mean.item() / world, 6))
+            log("step", step=step, loss=round(loss, 6))
         if step % job.ckpt_every == 0 or step == job.steps:
             blocked = ckpt.save({"train": state}, step)
             if log:
                 log("saved", step=step, blocking_s=round(blocked, 6))
     ckpt.wait()
-    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(state.model, options=full)
-    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
-    result = {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
+    weights = get_model_state_dict(state.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    result = full_digests(state)
     if rank == 0:
         save_atomic({"model": weights, "step": state.step}, out / "final.pt")
         log("done", **result)
