@@ -74,8 +74,8 @@ grade: $(VENV_OK)
 
 gpu-check: $(VENV_OK)
 	@test "$(NGPU)" -gt 0 || (echo "no CUDA device found (nvidia-smi -L lists none)"; exit 1)
-	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_demos:allreduce_check
-	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_demos:allreduce_bandwidth
+	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_check:allreduce_check
+	.venv/bin/torchrun --nproc-per-node=$(NGPU) -m course_lib.dist course_lib.dist_check:allreduce_bandwidth
 
 gpu-labs: $(VENV_OK)
 	mkdir -p build/gpu-labs

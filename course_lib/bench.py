@@ -63,7 +63,7 @@ def ratios() -> list[tuple[str, float, str]]:
     rows: list[tuple[str, float, str]] = []
     import torch
 
-    from .flop_count import count_flops, theory_flops
+    from .flops.count import count_flops, theory_flops
     from .model import GPT, GPTConfig
     cfg = GPTConfig(seq_len=64, d_model=64, n_layers=2, n_heads=2)
     m = GPT(cfg)
@@ -104,7 +104,7 @@ def _parallel_rows() -> list[tuple[str, float, str]]:
 def _pipeline_rows() -> list[tuple[str, float, str]]:
     """Chapter 5 on 2 gloo ranks: measured bubble vs (p-1)/(m+p-1), step time vs torch pipelining."""
     from . import pipeline
-    from .parallel import pipeline_run, pipeline_torch
+    from .pipeline import run as pipeline_run, torch_pipelining as pipeline_torch
     rows = []
     for run in pipeline_run.run_pipeline(p=2, runs=[{"schedule": "1f1b", "m": 4, "steps": 4, "warmup": 1},
                                                    {"schedule": "gpipe", "m": 8, "steps": 4, "warmup": 1}],

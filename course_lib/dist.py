@@ -351,7 +351,7 @@ def run_from_env(worker: Callable, **kwargs: Any) -> Any:
 def main(argv: list[str] | None = None) -> int:
     """``torchrun --nproc-per-node N -m course_lib.dist pkg.module:function --kwargs '{...}'``."""
     ap = argparse.ArgumentParser(prog="python -m course_lib.dist", description=main.__doc__)
-    ap.add_argument("worker", help="module:function, e.g. course_lib.dist_demos:allreduce_worker")
+    ap.add_argument("worker", help="module:function, e.g. course_lib.dist_check:allreduce_worker")
     ap.add_argument("--kwargs", default="{}", help="JSON object of keyword arguments for the worker")
     args = ap.parse_args(argv)
     module, _, name = args.worker.partition(":")

@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 
-from course_lib import corpus, scaling_sweep
+from course_lib import corpus
+from course_lib.scaling import sweep as scaling_sweep
 from course_lib.model import GPTConfig
 from course_lib.train import TrainConfig, evaluate, lr_at, train
 
@@ -122,7 +123,7 @@ def _shipped_or_skip() -> dict:
 
 def test_shipped_sweep_matches_plan_and_provenance():
     doc = _shipped_or_skip()
-    assert doc["command"] == "python -m course_lib.scaling_sweep --out data/scaling_sweep.json"
+    assert doc["command"] == "python -m course_lib.scaling.sweep --out data/scaling_sweep.json"
     assert {r["key"] for r in doc["runs"]} == {s["key"] for s in scaling_sweep.plan()}
     for key in ("torch", "python", "machine", "cpu_count", "torch_threads"):
         assert key in doc["environment"]

@@ -259,7 +259,7 @@ def test_same_worker_runs_under_torchrun():
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     # --standalone: a rendezvous on a free port, not torchrun's fixed default 29500
     out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "course_lib.dist",
-                          "course_lib.dist_demos:allreduce_check", "--kwargs", '{"n": 3}'],
+                          "course_lib.dist_check:allreduce_check", "--kwargs", '{"n": 3}'],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "rank 0: {'rank': 0" in out.stdout and "'ok': True" in out.stdout

@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import distill, distill_noise, distill_run, distill_train, flops
+from course_lib import distill, flops
+from course_lib.distill import noise as distill_noise, run as distill_run, train as distill_train
 from course_lib.model import GPT, GPTConfig
 
 OPUS = distill.PRICES["Claude Opus 4.6"]

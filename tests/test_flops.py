@@ -121,7 +121,7 @@ def test_cli_matches_library_and_reports_bad_input():
 def test_flop_counter_confirms_2n_6n_and_attention_terms():
     import torch
 
-    from course_lib.flop_count import count_flops, theory_flops
+    from course_lib.flops.count import count_flops, theory_flops
     from course_lib.model import GPT, GPTConfig
     cfg = GPTConfig(seq_len=32, d_model=48, n_heads=3, n_layers=3)
     m = GPT(cfg)

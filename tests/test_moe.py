@@ -6,7 +6,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from course_lib import causality, moe, moe_train
+from course_lib.moe import causality, train as moe_train
+from course_lib import moe
 from course_lib.model import GPTConfig, CausalSelfAttention
 
 

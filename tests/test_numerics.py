@@ -1,4 +1,4 @@
-"""Tests of course_lib.numerics (formats, ulps, sums) and course_lib.fp_allreduce (real processes).
+"""Tests of course_lib.numerics (formats, ulps, sums) and course_lib.numerics.allreduce (real processes).
 
 The claims of chapter 7 are pinned here: FP16 1+1+… stalls at 2048 (not 1024), BF16 at 256; the
 fast "jump" summation is identical to the literal loop; gloo's FP16 all-reduce is a ring of FP16
@@ -14,8 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import fp_allreduce as fa
-from course_lib import numerics as nm, numerics_train
+from course_lib.numerics import allreduce as fa
+from course_lib import numerics as nm
+from course_lib.numerics import train as numerics_train
 
 SMALL = ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2")
 

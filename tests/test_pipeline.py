@@ -8,9 +8,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course_lib import gantt, pipeline
+from course_lib.pipeline import gantt
+from course_lib import pipeline
 from course_lib.model import GPTConfig
-from course_lib.parallel import partition, pipeline_run, pipeline_torch, pipeline_schedules as ps
+from course_lib.pipeline import partition, run as pipeline_run, torch_pipelining as pipeline_torch, schedules as ps
 from course_lib.report import max_abs_diff
 
 SMALL = GPTConfig(vocab_size=64, seq_len=16, n_layers=4, n_heads=2, d_model=32, tie_embeddings=False)

@@ -78,7 +78,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"67B on 1\.5T|1T on\s+21\.2T", "Hoffmann et al.'s Table 3, quoted"),
         (r"\b8B\b|15T tokens", "Llama 3 8B's published size and token count"),
         (r"2× the tokens costs \+33 %", NOTES),
-        (r"vocabulary 256|from 3k to 130k parameters", "the sweep's design (course_lib.scaling_sweep)"),
+        (r"vocabulary 256|from 3k to 130k parameters", "the sweep's design (course_lib.scaling.sweep)"),
         (r"1024 H100 SXM at 40 % MFU", "the calculator's inputs (widgets.scaling_calculator defaults)"),
     ],
     "03_data.md": [
@@ -93,7 +93,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"800M-parameter|400M one|0\.1% of|over 60,000 times", PUBLISHED),
     ],
     "05_pipeline.md": [
-        (r"width 256", "the pipeline model's configuration (parallel.pipeline_run)"),
+        (r"width 256", "the pipeline model's configuration (pipeline.run)"),
         (r"20% slower", "a hypothetical stage, for the argument"),
         (r"128k–256k|32k context with a 4k window", "context lengths of the example architectures"),
         (r"within 1\.3× of each other", "the threshold lab 5's checked cell asserts"),

@@ -3,8 +3,8 @@ the schedule generators and the partitioner; the two function questions are grad
 exact schedule simulator and by recomputing the optimal partition."""
 from course_lib import pipeline
 from course_lib.grading import Mistake, Question
-from course_lib.parallel import partition
-from course_lib.parallel.pipeline_schedules import parse_ops, schedule
+from course_lib.pipeline import partition
+from course_lib.pipeline.schedules import parse_ops, schedule
 
 _PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.18, not 18).")
 
@@ -165,6 +165,6 @@ QUESTIONS = [
                f"slowest stage is as fast as possible.",
         grader=_grade_partition,
         hint="Minimise the most expensive stage; try a bound T and pack layers greedily while the stage "
-             "stays ≤ T (or use course_lib.parallel.partition.balanced_partition to check).",
+             "stays ≤ T (or use course_lib.pipeline.partition.balanced_partition to check).",
     ),
 ]

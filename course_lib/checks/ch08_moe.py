@@ -1,13 +1,14 @@
 """Graded questions of chapter 8, "MoE routing and how it can break causality".
 
 References come from ``course_lib.moe``; the causality questions are graded by running the
-harness (``course_lib.causality``) at grading time, on the library's routers and on the student's.
+harness (``course_lib.moe.causality``) at grading time, on the library's routers and on the student's.
 """
 from __future__ import annotations
 
 import torch
 
-from course_lib import causality, moe
+from course_lib.moe import causality
+from course_lib import moe
 from course_lib.grading import Mistake, Question
 from course_lib.grading.inputs import MOE_SCHEMES
 

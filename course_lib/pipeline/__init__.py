@@ -11,7 +11,7 @@ normalise it appear in the literature and both are here:
   (Megatron-LM's form, Narayanan et al. 2021, arXiv 2104.04473), where ``v`` is the number of
   interleaved model chunks per rank.
 
-``simulate`` replays any per-rank operation order (``parallel.pipeline_schedules``) with given
+``simulate`` replays any per-rank operation order (``pipeline.schedules``) with given
 stage times and point-to-point latency, exactly: each rank runs its ops in order, an op starts as
 soon as its rank is free and its inputs have arrived. It detects deadlocks, counts the
 microbatches in flight on each rank (activation memory) and returns a ``gantt.Timeline``.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from ._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
+from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
-from .parallel.pipeline_schedules import (SCHEDULES, Op, gpipe, interleaved_1f1b, one_f_one_b, parse_ops,
+from .schedules import (SCHEDULES, Op, gpipe, interleaved_1f1b, one_f_one_b, parse_ops,
                                           schedule)
 
 __all__ = ["bubble_fraction", "bubble_overhead", "min_microbatches", "step_time",

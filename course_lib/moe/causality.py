@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._validate import positive, positive_int
+from .._validate import positive, positive_int
 
 __all__ = ["CausalityReport", "check_causality", "probe_router", "gradient_influence", "prefix_consistency"]
 
@@ -139,7 +139,7 @@ def probe_router(router="token", *, name: str = "", batch: int = 2, seq_len: int
     """``check_causality`` on one MoE layer using ``router`` ("token", "expert" or a callable, see
     ``moe.MoE``) with random weights and inputs from ``seed``. The router weights are scaled up so
     the routing is decisive (as after training) rather than a near-tie."""
-    from .moe import MoE
+    from . import MoE
     torch.manual_seed(seed)
     layer = MoE(d_model, 2 * d_model, n_experts, router=router, **moe_kwargs)
     with torch.no_grad():

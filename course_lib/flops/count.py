@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils import flop_counter as fc
 
-from .hardware import get_accelerator
+from ..hardware import get_accelerator
 
 __all__ = ["FlopBreakdown", "count_flops", "theory_flops", "matmul_peak", "time_train_step",
            "device_peak"]

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ._validate import positive_int
-from .distill_train import api_topk, full_kl_loss, text_loss
-from .model import GPT
+from .._validate import positive_int
+from .train import api_topk, full_kl_loss, text_loss
+from ..model import GPT
 
 __all__ = ["sampled_gradient_error", "target_noise", "topk_stats"]
 

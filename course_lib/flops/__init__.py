@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import calculator, choice, flag, positive, positive_int, utilisation
-from .hardware import lookup
+from .._validate import calculator, choice, flag, positive, positive_int, utilisation
+from ..hardware import lookup
 
 SECONDS_PER_DAY = 86_400.0
 

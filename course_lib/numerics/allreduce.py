@@ -24,8 +24,8 @@ import math
 
 import torch
 
-from ._validate import choice, positive, positive_int
-from .numerics import format_info, resolve_dtype, running_sum
+from .._validate import choice, positive, positive_int
+from . import format_info, resolve_dtype, running_sum
 
 __all__ = ["ALGORITHMS", "rank_gradients", "allreduce_worker", "gloo_chunk_bounds",
            "reference_allreduce", "relative_rms_error", "theory_relative_rms_error",
@@ -232,7 +232,7 @@ def run_allreduce(algorithm: str, world_size: int, n_elements: int = 4096, dtype
     result equals :func:`reference_allreduce` bit for bit), the relative RMS ``error`` against the
     exact sum of the FP32 gradients, the ``theory`` prediction and ``overflowed`` (share of inf).
     """
-    from .dist import launch
+    from ..dist import launch
     algorithm = choice("algorithm", algorithm, ALGORITHMS)
     dt = resolve_dtype(dtype)
     outs = launch(allreduce_worker, world_size, backend=backend, timeout=timeout, algorithm=algorithm,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import calculator, choice, positive, positive_int
+from .._validate import calculator, choice, positive, positive_int
 
 __all__ = ["LossFit", "FITS", "TOKENS_PER_PARAM", "FIT_NAMES", "get_fit", "compute_optimal",
            "loss", "overtraining_cost", "size_for_tokens", "min_size_fraction", "inference_optimal",

@@ -23,7 +23,7 @@ The sampler (``sample_with_logits``) decodes with a key/value cache built from t
 ``course_lib.model.GPT`` (no change to the model), and records the distribution each token was
 drawn from, exactly what a logprob-returning API computes. Students are trained in lock-step on
 the same purchases (``distill``), so the modes differ only in the supervision signal. The teacher
-itself is trained and shipped by ``course_lib.distill_run``. Call ``torch.set_num_threads(1)`` on
+itself is trained and shipped by ``course_lib.distill.run``. Call ``torch.set_num_threads(1)`` on
 a small shared machine: these models are too small for more threads to help.
 """
 from __future__ import annotations
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import corpus as corpus_mod
-from ._validate import choice, positive, positive_int
-from .model import GPT, GPTConfig
-from .train import TrainConfig, _optimizer, evaluate, lr_at
+from .. import corpus as corpus_mod
+from .._validate import choice, positive, positive_int
+from ..model import GPT, GPTConfig
+from ..train import TrainConfig, _optimizer, evaluate, lr_at
 
 __all__ = ["MODES", "TAILS", "text_loss", "topk_loss", "full_kl_loss", "api_topk",
            "sample_with_logits", "prompt_batch", "DistillConfig", "distill",

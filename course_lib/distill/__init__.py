@@ -10,7 +10,7 @@ provider, contract and year. ``ASSUMED_GPU_HOUR_PRICE`` is therefore an explicit
 (change it), never a sourced number.
 
 Also here: entropy, cross-entropy and KL divergence of discrete distributions (in nats), the
-quantities distillation losses are made of (``course_lib.distill_train`` trains with them).
+quantities distillation losses are made of (``course_lib.distill.train`` trains with them).
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import hardware
-from ._validate import calculator, positive, utilisation
+from .. import hardware
+from .._validate import calculator, positive, utilisation
 
 __all__ = ["MTOK", "ASSUMED_GPU_HOUR_PRICE", "ApiPrice", "PRICES", "PUBLISHED_RUNS", "api_cost",
            "distillation_cost", "gpu_hours", "pretraining_cost", "inference_cost", "break_even_tokens",
@@ -269,7 +269,7 @@ def cost_figure(price: ApiPrice = PRICES["Claude Opus 4.6"], input_per_output: f
     reasoning (3 hidden per visible), against the teacher's pretraining cost. Returns the figure."""
     import numpy as np
 
-    from . import plots
+    from .. import plots
     t = np.logspace(9, 14, 60)
     fig, ax = plots.figure()
     cases = [("list price", 0.0, 0.0, plots.THEORY, "-"),
@@ -315,5 +315,5 @@ def distill_widget(**defaults):
         "gpu_hour_price": w.FloatText(value=d["gpu_hour_price"], description="$/GPU-h (assumed)"),
         "mfu": w.FloatSlider(value=d["mfu"], min=0.05, max=0.8, step=0.05, description="MFU"),
     }
-    from .widgets import interactive   # bad input is shown, not raised; static text off-kernel
+    from ..widgets import interactive  # bad input is shown, not raised; static text off-kernel
     return interactive(distill_calculator, controls, render=render_distill)

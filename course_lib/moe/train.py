@@ -13,10 +13,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from . import corpus
-from ._validate import positive, positive_int
-from .model import GPT
-from .moe import MoE, expected_drop_fraction, switch_aux_loss, token_choice
+from .. import corpus
+from .._validate import positive, positive_int
+from ..model import GPT
+from . import MoE, expected_drop_fraction, switch_aux_loss, token_choice
 
 __all__ = ["moe_gpt", "aux_loss", "train", "router_logits", "drop_curve", "balance_experiment"]
 

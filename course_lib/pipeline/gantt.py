@@ -2,7 +2,7 @@
 
 A ``Timeline`` is a list of ``Event``s (which rank did what, for which microbatch, from when to
 when) plus the number of ranks. A real pipeline run records one event per forward, backward,
-blocking receive and optimizer step (``course_lib.parallel.pipeline_run``); the exact schedule
+blocking receive and optimizer step (``course_lib.pipeline.run``); the exact schedule
 simulator (``course_lib.pipeline.simulate``) produces the same objects, so ``draw`` shows both
 the same way and ``bubble_fraction`` measures both with the same definition:
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from . import plots
+from .. import plots
 
 __all__ = ["Event", "Timeline", "COLORS", "draw"]
 

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._validate import MAX_INT, calculator, choice, positive, positive_int
+from .._validate import MAX_INT, calculator, choice, positive, positive_int
 
 __all__ = ["expert_capacity", "dropped_tokens", "expected_drop_fraction", "Routing", "token_choice",
            "expert_choice", "mask_router", "switch_aux_loss", "MoE"]

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 import torch
 
-from ._validate import choice, number, positive_int
+from .._validate import choice, number, positive_int
 
 __all__ = ["FORMATS", "FormatInfo", "resolve_dtype", "format_info", "ulp", "ulp_theory",
            "ulp_table", "sequential_sum", "stall_point", "running_sum", "pairwise_sum",

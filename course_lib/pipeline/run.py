@@ -34,12 +34,12 @@ import torch.nn.functional as F
 
 from .._validate import choice, positive_int
 from ..dist import launch
-from ..gantt import Event, Timeline
+from .gantt import Event, Timeline
 from ..model import GPT, GPTConfig
-from ..pipeline import bubble_fraction, simulate
-from .activation_meter import ActivationMeter
+from . import bubble_fraction, simulate
+from ..parallel.activation_meter import ActivationMeter
 from .partition import DEMO, StageModule, build_stage, check_sizes, even_partition, make_batch
-from .pipeline_schedules import SCHEDULES, Op, schedule
+from .schedules import SCHEDULES, Op, schedule
 
 __all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "bubble_table",
            "run_pipeline", "reference_step"]

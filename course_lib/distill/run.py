@@ -2,15 +2,15 @@
 
 Regenerate the shipped files (resumable; on 2 busy CPU cores about 15, 40 and 20 minutes)::
 
-    python -m course_lib.distill_run teacher --out data/distill_teacher.pt
-    python -m course_lib.distill_run sweep --design fixed_compute --out data/distill_results.json
-    python -m course_lib.distill_run sweep --design one_pass --out data/distill_onepass.json
+    python -m course_lib.distill.run teacher --out data/distill_teacher.pt
+    python -m course_lib.distill.run sweep --design fixed_compute --out data/distill_results.json
+    python -m course_lib.distill.run sweep --design one_pass --out data/distill_onepass.json
 
 ``teacher`` pretrains ``TEACHER_SHAPE`` on the course corpus (``course_lib.corpus``) with the
 recipe of ``course_lib.train`` and stores its weights in float16 (0.7 MB): the float16 weights,
 loaded back into float32, *are* the teacher every result was computed with.
 
-``sweep`` runs ``course_lib.distill_train.distill`` once per budget: four students of
+``sweep`` runs ``course_lib.distill.train.distill`` once per budget: four students of
 ``STUDENT_SHAPE`` (text / top-k / full logits / real corpus text) trained in lock-step on the same
 teacher samples. Design ``fixed_compute`` (the chapter's result) buys ``POOLS[i]`` batches and
 trains every student ``FIXED_STEPS`` steps on them (many epochs on a small purchase): only the
@@ -33,10 +33,10 @@ from pathlib import Path
 
 import torch
 
-from . import corpus
-from .distill_train import MODES, DistillConfig, distill
-from .model import GPT, GPTConfig
-from .train import History, TrainConfig, evaluate, train_model
+from .. import corpus
+from .train import MODES, DistillConfig, distill
+from ..model import GPT, GPTConfig
+from ..train import History, TrainConfig, evaluate, train_model
 
 __all__ = ["TEACHER_SHAPE", "STUDENT_SHAPE", "TEACHER_TRAIN", "DISTILL", "POOLS", "FIXED_STEPS", "STEPS",
            "DESIGNS", "TEACHER_PATH", "RESULTS_PATH", "ONEPASS_PATH", "train_teacher", "teacher_config", "student_config", "save_teacher", "load_teacher",
@@ -57,14 +57,14 @@ EVAL_EVERY = 64
 # Design "one_pass": a fresh batch every step, so tokens bought and compute grow together.
 STEPS: tuple[int, ...] = (16, 32, 64, 128, 256, 512)   # teacher tokens = steps · 32 · 48
 DESIGNS = ("fixed_compute", "one_pass")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEACHER_PATH = ROOT / "data" / "distill_teacher.pt"
 RESULTS_PATH = ROOT / "data" / "distill_results.json"
 ONEPASS_PATH = ROOT / "data" / "distill_onepass.json"
-TEACHER_COMMAND = "python -m course_lib.distill_run teacher --out data/distill_teacher.pt"
+TEACHER_COMMAND = "python -m course_lib.distill.run teacher --out data/distill_teacher.pt"
 SWEEP_COMMANDS = {
-    "fixed_compute": "python -m course_lib.distill_run sweep --design fixed_compute --out data/distill_results.json",
-    "one_pass": "python -m course_lib.distill_run sweep --design one_pass --out data/distill_onepass.json"}
+    "fixed_compute": "python -m course_lib.distill.run sweep --design fixed_compute --out data/distill_results.json",
+    "one_pass": "python -m course_lib.distill.run sweep --design one_pass --out data/distill_onepass.json"}
 
 
 def _cfg(shape: tuple[int, int, int]) -> GPTConfig:

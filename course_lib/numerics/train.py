@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import choice, positive_int
-from .model import GPT, GPTConfig
-from .numerics import resolve_dtype, stochastic_round
+from .._validate import choice, positive_int
+from ..model import GPT, GPTConfig
+from . import resolve_dtype, stochastic_round
 
 __all__ = ["train_low_precision"]
 

@@ -224,7 +224,7 @@ def simulated_step(costs: Sequence[dict], sizes: Sequence[int], m: int, schedule
     """Step time the exact simulator predicts for ``schedule`` with ``m`` microbatches when the
     layers, with the measured ``costs`` (``measure_layer_costs``), are cut into ``sizes``: each
     stage's forward and backward time is the sum of its layers'."""
-    from ..pipeline import simulate
+    from . import simulate
     t_f = stage_costs([c["forward"] for c in costs], sizes)
     t_b = stage_costs([c["backward"] for c in costs], sizes)
     return simulate(schedule, len(sizes), m, t_forward=t_f, t_backward=t_b).makespan()

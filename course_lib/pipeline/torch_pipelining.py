@@ -19,8 +19,8 @@ from ..dist import launch
 from ..model import GPTConfig
 from .partition import DEMO, build_stage, make_batch
 from ..report import max_abs_diff
-from .pipeline_run import _clock, default_sizes, execute_step
-from .pipeline_schedules import schedule
+from .run import _clock, default_sizes, execute_step
+from .schedules import schedule
 
 __all__ = ["torch_pipelining_worker", "compare_with_torch"]
 

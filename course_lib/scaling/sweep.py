@@ -2,7 +2,7 @@
 
 Regenerate the shipped results (about 10 minutes on 2 busy CPU cores; resumable)::
 
-    python -m course_lib.scaling_sweep --out data/scaling_sweep.json
+    python -m course_lib.scaling.sweep --out data/scaling_sweep.json
 
 For each compute budget C in ``BUDGETS`` and each model shape in ``LADDER`` whose
 tokens-per-parameter ratio D/N = C/(6N²) falls inside ``RATIO_RANGE``, one run trains a fresh
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import torch
 
-from . import corpus
-from .model import GPT, GPTConfig
-from .train import TrainConfig, train
+from .. import corpus
+from ..model import GPT, GPTConfig
+from ..train import TrainConfig, train
 
 __all__ = ["LADDER", "BUDGETS", "RATIO_RANGE", "TRAIN", "SEQ_LEN", "DEFAULT_PATH", "plan", "run_point",
            "run_sweep", "load_results", "as_arrays", "isoflop_minima", "main"]
@@ -42,8 +42,8 @@ BUDGETS: tuple[float, ...] = (1e10, 3e10, 1e11, 3e11)
 RATIO_RANGE = (1.9, 600.0)   # tokens per parameter kept on each IsoFLOP curve
 TRAIN = dict(batch_size=16, lr=3e-3, warmup_frac=0.05, min_lr_ratio=0.1, weight_decay=0.1,
              grad_clip=1.0, seed=0)
-COMMAND = "python -m course_lib.scaling_sweep --out data/scaling_sweep.json"
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "data" / "scaling_sweep.json"
+COMMAND = "python -m course_lib.scaling.sweep --out data/scaling_sweep.json"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / "data" / "scaling_sweep.json"
 
 
 def _model_cfg(shape: tuple[int, int, int]) -> GPTConfig:
@@ -115,7 +115,7 @@ def isoflop_minima(doc: dict, width: int = 5) -> list[dict]:
     and the vertex is an extrapolation)."""
     import numpy as np
 
-    from .scaling import isoflop_minimum
+    from . import isoflop_minimum
     arr = as_arrays(doc)
     out = []
     for c in np.unique(arr["budget"]):
