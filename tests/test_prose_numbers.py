@@ -126,6 +126,19 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"28k parameters", "the lab's actor model (course_lib.model.GPT, 2 layers, d = 32)"),
         (r"about 2× faster learning on 128 H100s", PUBLISHED),
     ],
+    "12_failures.md": [
+        (r"\b405B\b", "Llama 3 405B's name, the model the chapter sizes"),
+        (r"From 419 interruptions|466 job interruptions: 47 planned|419 unexpected, about 78 %|"
+         r"419 unexpected interruptions in 54 days", PUBLISHED),
+        (r"so 14 is the strict figure", "2 + 12 bytes per parameter without gradients, a definition"),
+        (r"node's 400 Gb/s network link", "the stated assumption of one node's NIC (50 GB/s)"),
+    ],
+    "11_tensor_context.md": [
+        (r"\b405B\b|\b1T model\b", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
+        (r"\b(?:8K|128K)\b", "the context lengths of the published Llama 3 runs, the planner's inputs"),
+        (r"16M-token", PUBLISHED),
+        (r"NVLink \(450 GB/s|one 400 Gb/s NIC", "datasheet constants (course_lib.hardware, course_lib.network)"),
+    ],
     "04_dp_fsdp.md": [
         (r"two 512 KiB buckets", "DataParallel's default bucket size (course_lib.parallel)"),
         (r"that is 16 bytes per parameter|Of\s+the 16 bytes, 12 are", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
