@@ -134,8 +134,10 @@ def tp_bytes_per_layer(seq_len: int, micro_batch: int, d_model: int, tp: int,
     parallelism (Shoeybi et al. 2019, arXiv 1909.08053): four ring all-reduces of the s·b·h
     activations, two in the forward (after attention and after the MLP) and two in the backward
     (the conjugate f operators), 4 · 2(t−1)/t · sbh · bytes_per_value. Sequence parallelism
-    replaces each all-reduce by a reduce-scatter plus an all-gather: the same bytes. Full
-    recomputation reruns the forward and adds two more all-reduces (not counted here)."""
+    replaces each all-reduce by a reduce-scatter plus an all-gather: the same bytes (Megatron's SP
+    also re-gathers each column-parallel input in the backward, two more all-gathers of
+    (t−1)/t · sbh, to keep only the sharded copy). Full recomputation reruns the forward and adds
+    two more all-reduces (neither is counted here)."""
     s = positive_int("seq_len", seq_len)
     b = positive_int("micro_batch", micro_batch)
     h = positive_int("d_model", d_model)
@@ -151,8 +153,9 @@ def cp_bytes_per_layer(seq_len: int, micro_batch: int, kv_dim: int, cp: int,
     al. 2023, arXiv 2310.01889) over ``cp`` ranks: its K and V shards, s/cp·b·``kv_dim`` values
     each, travel cp − 1 hops, so every rank sends (and receives) (cp−1)/cp of the full K and V,
     2·(cp−1)/cp·s·b·kv_dim·bytes_per_value. ``kv_dim`` is d_model for multi-head attention,
-    n_kv_heads·head_dim with grouped-query attention. The backward circulates K, V and their
-    gradients again (about twice the forward's bytes)."""
+    n_kv_heads·head_dim with grouped-query attention. In the backward K and V go round again and
+    their gradients travel with them back home (``course_lib.parallel.context``): (2cp−1)/(cp−1)
+    times the forward's bytes, about twice."""
     s = positive_int("seq_len", seq_len)
     b = positive_int("micro_batch", micro_batch)
     d = positive_int("kv_dim", kv_dim)

@@ -79,7 +79,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"\b8B\b|15T tokens", "Llama 3 8B's published size and token count"),
         (r"2× the tokens costs \+33 %", NOTES),
         (r"vocabulary 256|from 3k to 130k parameters", "the sweep's design (course_lib.scaling.sweep)"),
-        (r"1024 H100 SXM at 40 % MFU", "the calculator's inputs (widgets.scaling_calculator defaults)"),
+        (r"1024 H100 SXM at 40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
     ],
     "03_data.md": [
         (r"about 95% expected", "the coverage of two standard errors, a definition"),

@@ -143,8 +143,9 @@ QUESTIONS = [
                "selective recomputation; TP 8 + SP + full recomputation. A list of five numbers.",
         expected=_schemes, rtol=1e-6,
         mistakes=[Mistake.equals([v / 2 ** 30 for v in _schemes()], "Those are GiB; answer in bytes."),
-                  Mistake.equals([LAYER["seq_len"] * LAYER["d_model"] * 34 / t for t in (1, LAYER_T, LAYER_T, LAYER_T, LAYER_T)],
-                                 "You left out the 5as²b attention term and recomputation.")],
+                  Mistake.equals(_schemes()[:1] + [memory.activation_bytes_per_layer(**LAYER, **s, recompute="selective")
+                                                    for s in SCHEMES[1:3]] + _schemes()[3:],
+                                 "The TP rows lack the 5as²b/t score term: TP divides it by t but keeps it.")],
         hint="sbh(34 + 5as/h); TP: sbh(10 + 24/t + 5as/(ht)); TP+SP: sbh(34/t + 5as/(ht)); selective drops "
              "the 5as/h term; full keeps only the layer input, 2sbh/t under SP.",
     ),
