@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course_lib import scaling
+from course_lib.scaling import explore
 
 GOPHER = 5.76e23
 
@@ -182,22 +183,22 @@ def test_fit_loss_recovers_a_known_law():
 
 # ------------------------------------------------------------------------- the calculator widget
 def test_scaling_calculator_callback():
-    from course_lib import flops, widgets
+    from course_lib import flops
     for c, fit in ((1e21, "tokens_per_param"), (5.76e23, "hoffmann"), (1e25, "besiroglu")):
-        r = widgets.scaling_calculator(c, fit, gpu="H100-SXM", n_gpus=1024, mfu=0.4)
+        r = explore.scaling_calculator(c, fit, gpu="H100-SXM", n_gpus=1024, mfu=0.4)
         n, d = scaling.compute_optimal(c, fit)
         assert (r["n_params"], r["n_tokens"]) == (n, d)
         assert r["days"] == pytest.approx(flops.training_days(n, d, 1024, 0.4, "H100-SXM"))
         assert r["days"] == pytest.approx(c / (1024 * 989e12 * 0.4) / 86400)
         assert r["loss"] == pytest.approx(scaling.loss(n, d, r["loss_fit"]))
-        assert "days on 1024" in widgets.render_scaling(r)
-    slow = widgets.scaling_calculator(1e24, "besiroglu", gpu="A100", n_gpus=512, mfu=0.4)
-    fast = widgets.scaling_calculator(1e24, "besiroglu", gpu="H100-SXM", n_gpus=1024, mfu=0.4)
+        assert "days on 1024" in explore.render_scaling(r)
+    slow = explore.scaling_calculator(1e24, "besiroglu", gpu="A100", n_gpus=512, mfu=0.4)
+    fast = explore.scaling_calculator(1e24, "besiroglu", gpu="H100-SXM", n_gpus=1024, mfu=0.4)
     assert slow["days"] / fast["days"] == pytest.approx(2 * 989 / 312)
     for kwargs, name in ((dict(compute=-1), "compute"), (dict(compute=1e20, fit="kaplan"), "fit"),
                          (dict(compute=1e20, mfu=45), "mfu"), (dict(compute=1e20, gpu="H900"), "gpu")):
         with pytest.raises(ValueError, match=name):
-            widgets.scaling_calculator(**kwargs)
+            explore.scaling_calculator(**kwargs)
 
 
 def test_widget_wrapper_calls_the_callback_on_change():
@@ -215,17 +216,17 @@ def test_widget_wrapper_calls_the_callback_on_change():
     controls["x"].value = 5
     assert seen[0] == (1, 2) and seen[-1] == (5, 2)
     assert isinstance(box, w.VBox)
-    assert isinstance(widgets.scaling_widget(), w.VBox)
+    assert isinstance(explore.scaling_widget(), w.VBox)
 
 
 def test_static_table_and_figure():
     import matplotlib.pyplot as plt
 
     from course_lib import widgets
-    table = widgets.static_table(widgets.scaling_calculator, [dict(compute=5.76e23, fit="besiroglu")],
+    table = widgets.static_table(explore.scaling_calculator, [dict(compute=5.76e23, fit="besiroglu")],
                                  {"n_params": "N*", "tokens_per_param": ("D/N", ".1f")})
     assert table.splitlines()[2] == "| 72.2B | 18.4 |"
-    fig = widgets.isoflop_figure(5.76e23)
+    fig = explore.isoflop_figure(5.76e23)
     assert len(fig.axes[0].lines) >= 5
     plt.close(fig)
 

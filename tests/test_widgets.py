@@ -10,11 +10,12 @@ import ipywidgets as w
 import pytest
 
 from course_lib import distill, widgets
+from course_lib.scaling import explore
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEW = "application/vnd.jupyter.widget-view+json"
 # (lab, the widget cell's source, the widget factory)
-LAB_WIDGETS = [("02_scaling_lab.ipynb", "widgets.scaling_widget()", widgets.scaling_widget),
+LAB_WIDGETS = [("02_scaling_lab.ipynb", "explore.scaling_widget()", explore.scaling_widget),
                ("09_distill_lab.ipynb", "distill.distill_widget()", distill.distill_widget)]
 
 
@@ -37,11 +38,11 @@ def test_lab_widget_stored_output_is_the_static_fallback(lab: str, source: str, 
 
 
 def test_scaling_widget_is_a_live_widget_with_the_calculators_text() -> None:
-    box = _quiet(widgets.scaling_widget, compute=1e22)
+    box = _quiet(explore.scaling_widget, compute=1e22)
     assert isinstance(box, w.VBox)
     assert [len(row.children) for row in box.children[:-1]] == [3, 2]
     assert isinstance(box.children[-1], w.Output)
-    expected = widgets.render_scaling(widgets.scaling_calculator(1e22, "besiroglu", "H100-SXM", 1024, 0.40))
+    expected = explore.render_scaling(explore.scaling_calculator(1e22, "besiroglu", "H100-SXM", 1024, 0.40))
     assert box._repr_mimebundle_()["text/plain"].startswith(expected + "\n")
 
 
