@@ -2,7 +2,7 @@
 
 ``torch_pipelining_worker`` builds one stage twice per rank — once for PyTorch's
 ``PipelineStage`` driven by ``ScheduleGPipe`` / ``Schedule1F1B``, once for
-``pipeline_run.execute_step`` — and times them alternately, step by step, so both see the same
+``pipeline.executor.execute_step`` — and times them alternately, step by step, so both see the same
 machine. ``compare_with_torch`` launches it and reports the step-time ratio and the largest
 gradient difference between the two implementations.
 """
@@ -19,7 +19,7 @@ from ..dist import launch
 from ..model import GPTConfig
 from .partition import DEMO, build_stage, make_batch
 from ..report import max_abs_diff
-from .run import _clock, default_sizes, execute_step
+from .executor import _clock, default_sizes, execute_step
 from .schedules import schedule
 
 __all__ = ["torch_pipelining_worker", "compare_with_torch"]
