@@ -352,6 +352,11 @@ def test_flop_counts_print_in_one_format(html_dir: Path) -> None:
     prose = re.sub(r"\s+", " ", text.get_text(" "))
     assert "× 10²³ FLOP" in prose and "× 10²⁵" in prose
     assert not re.search(r"\d\.\d+e\+\d+ FLOP", prose), "a FLOP count printed as 1.23e+24"
+    scaling = copy.copy(_soup(html_dir / "book" / "02_scaling.html").select_one("main"))
+    for block in scaling.select("div.cell_input"):
+        block.decompose()
+    printed = re.findall(r"\d(?:\.\d+)?e\+\d+", scaling.get_text(" "))
+    assert not printed, f"chapter 2 prints compute as {printed[:3]}, not with report.si"
 
 
 def test_every_figure_can_be_cross_referenced(html_dir: Path) -> None:
