@@ -8,8 +8,9 @@ weights, and PipelineRL's in-flight weight updates (chapter 10).
 * ``actors`` — real processes on ``torch.distributed``: one learner and n actors that exchange
   finished sequences (point-to-point) and weights (an asynchronous broadcast each actor polls
   between two decode steps: ``swap_weights``). ``actors.run(mode)`` returns a measured ``Trace``.
-* ``simulate`` — the ``Trace`` and its metrics (utilisation, tokens/s, lag), the closed forms
-  (``sync_utilisation``, ``pipeline_period``, ``expected_lag``), a discrete-event simulator that
-  follows the same rules as the real processes and draws from the same problem streams, and
-  ``draw`` for timelines of real and simulated runs alike.
+* ``trace`` — the ``Trace`` that real and simulated runs both return, its metrics (utilisation,
+  tokens/s, lag), and ``draw`` for timelines of real and simulated runs alike.
+* ``simulate`` — the closed forms (``sync_utilisation``, ``pipeline_period``, ``expected_lag``) and
+  a discrete-event simulator that follows the same rules as the real processes and draws from the
+  same problem streams (it re-exports ``Trace`` and ``draw``).
 """

@@ -20,7 +20,7 @@ same rounds, but round j is generated with weights version j − 1 while the lea
 round j − 1 (exactly one step stale: generation overlaps training); ``pipeline`` — a slot that
 finishes takes a new problem at once, and weights are swapped between two decode steps, so one
 sequence can be written by several versions.
-``run`` launches a run and returns a ``simulate.Trace`` with everything measured.
+``run`` launches a run and returns a ``trace.Trace`` with everything measured.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from torch.nn.utils import parameters_to_vector
 from .._validate import choice, positive, positive_int
 from ..dist import launch
 from . import task
-from .simulate import MODES, Trace
+from .trace import MODES, Trace
 
 __all__ = ["STOP", "swap_weights", "post_receive", "publish", "rl_worker", "run"]
 
