@@ -8,8 +8,10 @@ compute and in communication, memory held per kind of state, and optionally the 
 Strategies: ``dp`` (one all-reduce after backward), ``dp_overlap`` (bucketed, overlapped with
 backward), ``zero1``, ``zero2``, ``fsdp`` (from scratch, ``course_lib.parallel``), and PyTorch's
 own ``torch_ddp`` (DistributedDataParallel) and ``torch_fsdp2`` (``fully_shard``), whose bytes can
-only be read from the kernel (gloo on Linux). ``reference_run`` is the single-process answer every
-strategy must reproduce.
+only be read from the kernel (gloo on Linux). What every run is checked against is
+``course_lib.parallel.dp_reference`` (re-exported here): the demo GPT and its batches,
+``reference_run``, the single-process answer every strategy must reproduce, and
+``expected_bytes_per_step``, the bytes the theory says each strategy sends.
 """
 from __future__ import annotations
 
@@ -23,77 +25,18 @@ import torch
 
 from ..model import GPT, GPTConfig
 from .counting import CountingComm, optimizer_state_bytes, os_bytes_written, storage_bytes
+from .dp_reference import (ADAMW, DEMO_CONFIG, STRATEGIES, _loss, expected_bytes_per_step,
+                           make_batches, reference_run, root_params)
 
 __all__ = ["DEMO_CONFIG", "STRATEGIES", "root_params", "expected_bytes_per_step", "make_batches", "reference_run", "train_worker",
            "suite_worker", "run_suite", "summarize", "collectives_worker",
            "grad_sync_check_worker"]
 
-DEMO_CONFIG = dict(vocab_size=256, seq_len=64, n_layers=4, n_heads=4, d_model=64)
-STRATEGIES = ("dp", "dp_overlap", "zero1", "zero2", "fsdp", "torch_ddp", "torch_fsdp2")
 # 512 KiB: two buckets for the demo model (DDP's default is 25 MiB). Each bucket costs one ring
 # all-reduce, 2(n-1) rounds of messages, and with 4 ranks on 2 cores a round costs milliseconds of
 # scheduling: 4 buckets of 256 KiB made overlapped DP 1.6-2.3x slower than DDP, 2 buckets keep some
 # overlap at DDP's speed (the bucket-size trade-off of Li et al. 2020, arXiv 2006.15704).
 DEFAULT_BUCKET_BYTES = 2**19
-ADAMW = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-
-
-def root_params(config: dict | None = None) -> int:
-    """Parameters of the demo GPT outside its blocks (embeddings, final norm; head tied)."""
-    model = GPT(GPTConfig(**(config or DEMO_CONFIG)))
-    return model.n_params() - sum(p.numel() for p in model.blocks.parameters())
-
-
-def expected_bytes_per_step(strategy: str, n_params: int, n: int, element_size: int = 4,
-                            root: int = 0, reshard_root: bool = True) -> float:
-    """Theory for what :func:`train_worker` measures, per rank per step (course_lib.comm formulas).
-
-    ``torch_fsdp2`` on gloo differs from the textbook in two ways the lab measures: FSDP2 keeps the
-    root's parameters after forward (no backward re-gather of the ``root`` parameters), and gloo's
-    reduce-scatter is an all-reduce followed by taking one chunk (twice the ring bytes; PyTorch
-    PR #118911). ``torch_ddp`` is plain DP.
-    """
-    from .. import comm as cm
-    k = (n - 1) / n * element_size
-    if strategy in ("dp", "dp_overlap", "torch_ddp"):
-        return cm.dp_bytes_per_step(n_params, n, element_size)
-    if strategy in ("zero1", "zero2"):
-        return cm.zero_bytes_per_step(n_params, n, int(strategy[-1]), element_size)
-    if strategy == "fsdp":
-        return cm.fsdp_bytes_per_step(n_params, n, element_size) - (0 if reshard_root else k * root)
-    if strategy == "torch_fsdp2":
-        return k * (n_params + (n_params - root) + 2 * n_params)
-    raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
-
-
-def make_batches(cfg: GPTConfig, global_batch: int, steps: int, seed: int) -> torch.Tensor:
-    """``steps`` global batches of token ids, shape (steps, global_batch, seq_len + 1)."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(0, cfg.vocab_size, (steps, global_batch, cfg.seq_len + 1), generator=gen)
-
-
-def _loss(model, batch: torch.Tensor) -> torch.Tensor:
-    return model(batch[:, :-1], batch[:, 1:])[1]
-
-
-def reference_run(config: dict | None = None, global_batch: int = 8, steps: int = 3,
-                  seed: int = 0, lr: float = ADAMW["lr"]) -> dict[str, Any]:
-    """One process, whole batch: losses, first-step gradients and final weights by name."""
-    cfg = GPTConfig(**(config or DEMO_CONFIG))
-    model = GPT(cfg, seed=seed)
-    opt = torch.optim.AdamW(model.parameters(), **{**ADAMW, "lr": lr})
-    batches = make_batches(cfg, global_batch, steps, seed)
-    losses, grads0 = [], {}
-    for i in range(steps):
-        loss = _loss(model, batches[i])
-        loss.backward()
-        if i == 0:
-            grads0 = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
-        opt.step()
-        opt.zero_grad()
-        losses.append(loss.item())
-    return {"losses": losses, "grads0": grads0,
-            "params": {k: p.detach().clone() for k, p in model.named_parameters()}}
 
 
 @dataclass
