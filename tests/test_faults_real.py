@@ -71,6 +71,17 @@ def test_a_hang_in_a_collective_is_caught_by_the_process_group_timeout(faulty):
     assert "timed out" in res.output.lower() or "timeout" in res.output.lower()
 
 
+def test_a_job_saving_asynchronously_resumes_to_the_same_bits(tmp_path, reference):
+    import json
+    from course_lib.faults.dcp_demo import latest_complete
+    reference_run(tmp_path, replace(JOB, steps=6, async_save=True))   # stops after step 6...
+    assert latest_complete(tmp_path / "ckpt") == 6
+    resumed = reference_run(tmp_path, replace(JOB, async_save=True))   # ...and goes on to 12
+    starts = [json.loads(ln) for ln in (tmp_path / "log.jsonl").read_text().splitlines() if '"start"' in ln]
+    assert [e["resumed_from"] for e in starts] == [0, 6]
+    assert resumed == reference[0]
+
+
 def test_fault_spec_round_trips():
     assert Fault.parse("kill:5:1") == Fault("kill", 5, 1) and str(Fault("hang", 2, 0)) == "hang:2:0"
     with pytest.raises(ValueError, match="fault kind"):

@@ -19,6 +19,7 @@ of both, :func:`reshard_check` saves with 4 ranks and loads with 2.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -28,11 +29,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict)
 
 from ..atomic import atomic_file, temp_path
 
 __all__ = ["MARKER", "ShardedCheckpointer", "checkpoint_dir", "complete_steps", "incomplete_steps",
-           "latest_complete", "async_vs_sync", "reshard_check"]
+           "latest_complete", "digest", "full_digests", "async_vs_sync", "reshard_check"]
 
 MARKER = "COMPLETE"
 
@@ -132,13 +135,38 @@ class ShardedCheckpointer:
         dcp.load(state, checkpoint_id=str(path), process_group=self.group)
 
 
+def digest(state: dict) -> str:
+    """SHA-256 of a (nested) state dict's tensors' bytes and its numbers, in key order."""
+    h = hashlib.sha256()
+
+    def feed(prefix: str, obj) -> None:
+        if isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                feed(f"{prefix}.{k}", obj[k])
+        elif isinstance(obj, torch.Tensor):
+            h.update(prefix.encode())
+            h.update(obj.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+        else:
+            h.update(f"{prefix}={obj!r}".encode())
+    feed("", state)
+    return h.hexdigest()
+
+
+def full_digests(state) -> dict:
+    """Digests of a training state's whole (unsharded) weights and optimizer state, and its step
+    (``state`` has ``model``, ``optimizer`` and ``step``, like ``elastic.TrainState``; collective)."""
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(state.model, options=full)
+    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
+    return {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
+
+
 # ---------------------------------------------------------------------------------- the demos
 SAVE_DEMO_MODEL = {"vocab_size": 256, "seq_len": 32, "n_layers": 4, "n_heads": 4, "d_model": 192}
 
 
 def _local_digest(state) -> str:
     """Digest of this rank's own shards of the weights (no collective)."""
-    from .elastic import digest
     return digest({k: v.to_local() for k, v in state.model.state_dict().items()})
 
 
@@ -190,7 +218,7 @@ def async_vs_sync(directory: str | Path, *, world_size: int = 2, model: dict | N
 def _reshard_worker(ctx, root: str, job, steps: int, save: bool) -> dict:
     """Train ``steps`` steps and save (``save``) or load the latest checkpoint; then score the next
     batch, whole, on every rank: the same loss bits on any number of ranks."""
-    from .elastic import build_state, full_digests, train_step
+    from .elastic import build_state, train_step
     torch.set_num_threads(1)
     state = build_state(job, ctx.group)
     ckpt = ShardedCheckpointer(root, ctx.group)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import signal
@@ -32,16 +31,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import FileSystemWriter
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, get_state_dict,
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 
 from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
-from .dcp_demo import ShardedCheckpointer, checkpoint_dir, incomplete_steps
+from .dcp_demo import ShardedCheckpointer, checkpoint_dir, full_digests, incomplete_steps
 
-__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "build_state", "train_step",
-           "full_digests", "digest", "train"]
+__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "build_state", "train_step", "train"]
 
 DEMO_CONFIG = {"vocab_size": 64, "seq_len": 16, "n_layers": 2, "n_heads": 2, "d_model": 32}
 FAULT_KINDS = ("kill", "save", "hang")
@@ -141,23 +138,6 @@ class TrainState:
         self.step = int(state["step"])
 
 
-def digest(state: dict) -> str:
-    """SHA-256 of a (nested) state dict's tensors' bytes and its numbers, in key order."""
-    h = hashlib.sha256()
-
-    def feed(prefix: str, obj) -> None:
-        if isinstance(obj, dict):
-            for k in sorted(obj, key=str):
-                feed(f"{prefix}.{k}", obj[k])
-        elif isinstance(obj, torch.Tensor):
-            h.update(prefix.encode())
-            h.update(obj.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(f"{prefix}={obj!r}".encode())
-    feed("", state)
-    return h.hexdigest()
-
-
 def _sigkill_self() -> None:
     """Die at once, as on a hardware fault: no exception, no cleanup, no goodbye to the peers."""
     os.kill(os.getpid(), signal.SIGKILL)
@@ -203,14 +183,6 @@ def train_step(state: TrainState, group: dist.ProcessGroup, before_update=None) 
     mean = loss.detach().clone()
     dist.all_reduce(mean, group=group)
     return mean.item() / world
-
-
-def full_digests(state: TrainState) -> dict:
-    """Digests of the whole (unsharded) weights and AdamW state, and the step (collective)."""
-    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(state.model, options=full)
-    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
-    return {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
 
 
 def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group: dist.ProcessGroup,

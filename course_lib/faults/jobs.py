@@ -35,7 +35,10 @@ class ElasticResult:
     Lists indexed by attempt: ``resumed_from`` (0 = fresh start), ``last_step`` (the last step
     rank 0 finished), ``incomplete_seen`` (checkpoints without marker found at start). Lists
     indexed by failure: ``steps_redone`` (last step finished before it minus the step resumed
-    from after it) and ``restart_seconds`` (last step before it to first step after it)."""
+    from after it; a step cut short by the failure is not counted), ``lost_seconds`` (the
+    training time those steps took: from finishing the resumed step to the last step finished
+    before the failure) and ``restart_seconds`` (last step before it to first step after it:
+    detection, restart, imports, loading the checkpoint)."""
 
     returncode: int
     resumed_from: list[int]
@@ -43,6 +46,7 @@ class ElasticResult:
     incomplete_seen: list[list[int]]
     steps_redone: list[int]
     restart_seconds: list[float]
+    lost_seconds: list[float]
     final: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     output: str = ""
@@ -65,8 +69,12 @@ def read_log(out: str | Path) -> dict:
     steps = {a: [e for e in events if e["event"] == "step" and e["attempt"] == a] for a in attempts}
     resumed = [starts[a]["resumed_from"] for a in attempts]
     last = [steps[a][-1]["step"] if steps[a] else resumed[i] for i, a in enumerate(attempts)]
-    gaps = []
+    gaps, lost = [], []
     for i, a in enumerate(attempts[:-1]):
+        resumed_at = resumed[i + 1]              # when that checkpoint's step had been finished
+        done_then = [e["t"] for b in attempts[:i + 1] for e in steps[b] if e["step"] == resumed_at]
+        since = done_then[-1] if done_then else starts[attempts[0]]["t"]
+        lost.append(round((steps[a][-1]["t"] if steps[a] else since) - since, 3))
         before = steps[a][-1]["t"] if steps[a] else starts[a]["t"]
         after = steps[attempts[i + 1]][0]["t"] if steps[attempts[i + 1]] else starts[attempts[i + 1]]["t"]
         gaps.append(round(after - before, 3))
@@ -74,7 +82,7 @@ def read_log(out: str | Path) -> dict:
     return {"resumed_from": resumed, "last_step": last,
             "incomplete_seen": [starts[a]["incomplete"] for a in attempts],
             "steps_redone": [last[i] - resumed[i + 1] for i in range(len(attempts) - 1)],
-            "restart_seconds": gaps,
+            "restart_seconds": gaps, "lost_seconds": lost,
             "final": {k: v for k, v in done[-1].items() if k.endswith("sha256") or k == "steps"} if done else {},
             "losses": {e["step"]: e["loss"] for e in events if e["event"] == "step"}}
 
@@ -123,7 +131,7 @@ def run_job(out: str | Path, job: JobConfig = JobConfig(), *, nproc: int = 2, ma
     log = read_log(out) if (out / "log.jsonl").exists() else {}
     return ElasticResult(proc.returncode, log.get("resumed_from", []), log.get("last_step", []),
                          log.get("incomplete_seen", []), log.get("steps_redone", []),
-                         log.get("restart_seconds", []), log.get("final", {}),
+                         log.get("restart_seconds", []), log.get("lost_seconds", []), log.get("final", {}),
                          round(time.monotonic() - t0, 3), text)
 
 
@@ -154,18 +162,21 @@ def random_faults(n: int, steps: int, seed: int, nproc: int = 2) -> tuple[Fault,
 
 
 def elastic_demo(directory: str | Path, *, kill_step: int | None = None, seed: int = 0, steps: int = 12,
-                 ckpt_every: int = 3, nproc: int = 2, timeout: float = 120.0) -> dict:
+                 ckpt_every: int = 3, nproc: int = 2, reference: dict | None = None,
+                 timeout: float = 120.0) -> dict:
     """Lab demo: one uninterrupted run and one with a rank SIGKILLed at ``kill_step`` (random from
-    ``seed`` if None); return the restarts, the steps redone, the restart time and whether the
-    killed job's final weights and optimizer state are bit-identical to the uninterrupted run's."""
+    ``seed`` if None); return the restarts, the steps redone, the lost and restart seconds and
+    whether the killed job's final weights and optimizer state are bit-identical to the
+    uninterrupted run's. Pass ``reference`` (what :func:`reference_run` returned for the same
+    ``seed``, ``steps`` and ``nproc``) to skip the uninterrupted run."""
     directory = Path(directory)
     job = JobConfig(steps=steps, ckpt_every=ckpt_every, seed=seed)
-    ref = reference_run(directory / "reference", job, nproc=nproc, timeout=timeout)
+    ref = reference or reference_run(directory / "reference", job, nproc=nproc, timeout=timeout)
     fault = (Fault("kill", positive_int("kill_step", kill_step, maximum=steps), 1 % nproc) if kill_step
              else random_faults(1, steps, seed, nproc)[0])
     res = run_job(directory / "killed", replace(job, faults=(fault,)), nproc=nproc, timeout=timeout)
     return {"fault": str(fault), "returncode": res.returncode, "restarts": res.restarts,
             "resumed_from": res.resumed_from, "steps_redone": res.steps_redone,
-            "restart_seconds": res.restart_seconds, "ckpt_every": ckpt_every,
+            "lost_seconds": res.lost_seconds, "restart_seconds": res.restart_seconds, "ckpt_every": ckpt_every,
             "bit_identical": res.final.get("weights_sha256") == ref["weights_sha256"]
             and res.final.get("optim_sha256") == ref["optim_sha256"]}
