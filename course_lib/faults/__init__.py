@@ -1,8 +1,9 @@
 """Chapter 12, failures at scale: the failure arithmetic (``arithmetic``: MTBF, checkpoint
 interval, goodput, checkpoint sizes and save times) and, in their own modules, the real runs on
-CPU processes — an elastic ``torchrun`` job that survives SIGKILL (``elastic``), sharded and
-asynchronous ``torch.distributed.checkpoint`` saves (``dcp_demo``) and a straggler monitor
-(``monitor``)."""
+CPU processes — an elastic ``torchrun`` job that survives SIGKILL (``elastic``, launched and read
+back by ``jobs``), sharded and asynchronous ``torch.distributed.checkpoint`` saves (``dcp_demo``),
+a straggler monitor (``monitor``) and a small job for practising resume-from-checkpoint, with the
+harness that kills it (``drill``)."""
 from .arithmetic import (LLAMA3, async_blocking_seconds, checkpoint_bytes_per_rank, cluster_mtbf,
                          daly_checkpoint_interval, expected_lost_seconds, goodput, goodput_exponential,
                          implied_gpu_mtbf, optimal_checkpoint_interval, save_seconds, simulate_goodput)
