@@ -110,6 +110,39 @@ def test_checkpoint_markers_decide_what_is_complete(tmp_path):
     assert latest_complete(tmp_path) == 6
 
 
+def user_state_worker(ctx, root):
+    """A user's own state, not the course's job: a plain module, its optimizer, a tensor, a number."""
+    import torch
+    from course_lib.faults.dcp_demo import ShardedCheckpointer
+    ckpt = ShardedCheckpointer(root, ctx.group)
+    fresh_latest = ckpt.latest()
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "ema": torch.arange(5.0), "epoch": 7}
+    ckpt.save(state, 1)
+    other = torch.nn.Linear(4, 3)
+    into = {"model": other.state_dict(), "optim": opt.state_dict(), "ema": torch.zeros(5), "epoch": 0}
+    ckpt.load(into, ckpt.latest())
+    try:
+        ckpt.load(into, 2)
+        missing = None
+    except FileNotFoundError as e:
+        missing = str(e)
+    return {"fresh": fresh_latest, "latest": ckpt.latest(), "epoch": into["epoch"], "ema": into["ema"].tolist(),
+            "weights": all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), into["model"].values())),
+            "missing": missing}
+
+
+def test_the_checkpointer_saves_and_loads_a_users_own_state(tmp_path):
+    from course_lib.dist import launch
+    for r in launch(user_state_worker, 2, backend="gloo", root=str(tmp_path)):
+        assert r["fresh"] is None and r["latest"] == 1
+        assert r["weights"] and r["epoch"] == 7 and r["ema"] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert "no complete checkpoint for step 2" in r["missing"]
+
+
 @pytest.mark.serial
 def test_async_save_blocks_training_less_than_a_sync_save(tmp_path):
     from course_lib.faults.dcp_demo import async_vs_sync
