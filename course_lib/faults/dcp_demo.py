@@ -15,7 +15,8 @@ never loaded, and the next save of that step replaces it.
 ``dcp.async_save`` copies the state to CPU memory (staging), returns, and writes in a background
 thread, so training overlaps the write; its collectives run on their own process group, so they
 never interleave with the training's. The demos: :func:`async_vs_sync` measures the blocking time
-of both, :func:`reshard_check` saves with 4 ranks and loads with 2.
+of both, :func:`reshard_check` saves with 4 ranks and loads with 2; :func:`digest` and
+:func:`full_digests` are the SHA-256 fingerprints by which "bit-identical" is checked.
 """
 from __future__ import annotations
 
