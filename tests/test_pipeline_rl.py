@@ -287,3 +287,19 @@ def test_swap_exercise_is_graded_on_real_processes():
     assert score == pytest.approx(0.8) and "share memory" in msg
     score, msg = bank.grade_swap(42)
     assert score == 0 and "function itself" in msg
+
+
+def test_timeline_legend_keys_every_shade_draw_uses():
+    import matplotlib
+    matplotlib.use("Agg")
+    from course_lib import plots
+    from course_lib.rl import simulate as sim
+    tr = sim.simulate("pipeline", task.LengthDist.power_law(4, 64, 1.2), 2, 4, 8, 20, t_decode=1e-3, t_train=5e-3)
+    fig, ax = plots.figure()
+    sim.draw(tr, ax)
+    labels = [t.get_text() for t in sim.timeline_legend(fig, slots=4).get_texts()]
+    assert labels == ["learner: optimizer step", "actor decoding, 4 of 4 slots busy",
+                      "actor decoding, 2 of 4 slots busy", "actor decoding, 1 of 4 slots busy",
+                      "blank: waiting for weights"]
+    import matplotlib.pyplot as plt
+    plt.close(fig)

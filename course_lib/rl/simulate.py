@@ -26,10 +26,10 @@ import numpy as np
 
 from .._validate import choice, positive, positive_int
 from .task import LengthDist, Problems, stream_seed
-from .trace import MODES, Trace, draw
+from .trace import MODES, Trace, draw, timeline_legend
 
 __all__ = ["MODES", "Trace", "sync_utilisation", "pipeline_period", "expected_lag", "simulate", "replay",
-           "draw"]
+           "draw", "timeline_legend"]
 
 
 # ----------------------------------------------------------------------------- closed forms

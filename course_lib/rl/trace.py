@@ -20,7 +20,9 @@ import numpy as np
 
 from .._validate import positive
 
-__all__ = ["MODES", "Trace", "draw"]
+__all__ = ["MODES", "Trace", "draw", "timeline_legend"]
+
+IDLE_SHADE = "#e3eef0"   # an actor step with no slot busy; the map runs from here to plots.THEORY
 
 MODES = ("sync", "async", "pipeline")
 
@@ -103,16 +105,34 @@ class Trace:
                 "final_reward": round(float(self.rewards[-5:].mean()), 3)}
 
 
+def _busy_map():
+    from matplotlib.colors import LinearSegmentedColormap
+    from .. import plots
+    return LinearSegmentedColormap.from_list("busy", [IDLE_SHADE, plots.THEORY])
+
+
+def timeline_legend(fig, slots: int = 4, ncol: int = 3):
+    """The key to :func:`draw`'s timelines, once per figure: the learner's steps, an actor's decode
+    steps at a few shares of busy slots, and blank for waiting."""
+    from matplotlib.patches import Patch
+    from .. import plots
+    busy = _busy_map()
+    shades = [(plots.ACCENT, "learner: optimizer step")] + [
+        (busy(k / slots), f"actor decoding, {k} of {slots} slots busy") for k in sorted({slots, slots // 2, 1}, reverse=True)]
+    handles = [Patch(facecolor=c, edgecolor="#999999", lw=0.5, label=s) for c, s in shades]
+    handles.append(Patch(facecolor="white", edgecolor="#999999", lw=0.5, label="blank: waiting for weights"))
+    return fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=8)
+
+
 def draw(trace: Trace, ax=None, t_max: float | None = None, title: str | None = None):
     """Timeline of a trace: the learner's optimizer steps on top, then one row per actor whose
     decode steps are shaded by the share of busy slots (dark = all busy, pale = stragglers
     only, blank = waiting). Returns the axes."""
-    from matplotlib.colors import LinearSegmentedColormap
     from .. import plots
     if ax is None:
         _, ax = plots.figure(figsize=(7.2, 0.5 * trace.n_actors + 1.6))
     t_max = trace.window[1] if t_max is None else positive("t_max", t_max)
-    cmap = LinearSegmentedColormap.from_list("busy", ["#e3eef0", plots.THEORY])
+    cmap = _busy_map()
     n = trace.n_actors
     for a, g in enumerate(trace.gen):
         g = g[g[:, 0] < t_max]
