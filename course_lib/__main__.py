@@ -28,7 +28,7 @@ CALCULATORS = [
     ("distill", "api_cost"), ("hardware", "get_accelerator"),
     ("faults", "cluster_mtbf"), ("faults", "optimal_checkpoint_interval"), ("faults", "goodput"),
     ("memory", "activation_bytes_per_layer"), ("comm", "tp_bytes_per_layer"),
-    ("comm", "cp_bytes_per_layer"), ("layout", "layout"),
+    ("comm", "cp_bytes_per_layer"), ("layout", "layout"), ("plan", "plan"),
 ]
 
 
@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         result = fn(**args)
     except (ValueError, TypeError, ArithmeticError) as exc:   # bad input: a usage error, never a traceback
         parser.error(_blame(str(exc), list(args)))   # prints usage and "error: ...", exits 2
+    if callable(getattr(result, "render", None)):   # a result that prints itself (the plan)
+        print(result.render())
+        return 0
     if hasattr(result, "__dataclass_fields__"):
         result = {k: getattr(result, k) for k in result.__dataclass_fields__}
         result = {k: (dict(v) if hasattr(v, "items") else v) for k, v in result.items()}

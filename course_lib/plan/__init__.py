@@ -1,0 +1,7 @@
+"""Chapter 13, the capstone: plan a pretraining run end to end with the chapters' calculators
+(``planner.plan``, returning a ``result.Plan`` whose ``render()`` names the chapter of every line),
+and check the planner against the runs labs have published (``runs.RUNS``, ``runs.check_published``)."""
+from .planner import DEFAULT_PRICE_PER_GPU_HOUR, LLAMA3_GPU_MTBF_S, model_shape, plan
+from .result import Plan
+
+__all__ = ["plan", "Plan", "model_shape", "DEFAULT_PRICE_PER_GPU_HOUR", "LLAMA3_GPU_MTBF_S"]

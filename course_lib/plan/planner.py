@@ -1,0 +1,179 @@
+"""The planner itself: size → layout → step time → days and cost → checkpoints → loader → numerics.
+
+Each stage calls the chapter's own calculator; nothing is re-derived here. The arithmetic that
+ties them together is the chapter-1 identity days = 6ND / (GPUs · dense peak · MFU) / 86 400,
+whether the MFU is given or is the layout planner's estimate (``layout.mfu``: 6ND over the
+estimated step time, which carries the attention FLOPs, the pipeline bubble and the exposed
+communication of every level).
+"""
+from __future__ import annotations
+
+import math
+
+from .. import faults, flops, scaling
+from .._validate import calculator, choice, positive, positive_int, utilisation
+from ..data.tokenize import token_dtype
+from ..hardware import lookup
+from ..layout import layout
+from ..numerics import format_info, stall_point
+from .result import Plan
+
+__all__ = ["plan", "model_shape", "DEFAULT_PRICE_PER_GPU_HOUR", "LLAMA3_GPU_MTBF_S"]
+
+# DeepSeek-V3 technical report (arXiv 2412.19437, §1): "assuming the rental price of the H800 GPU
+# is $2 per GPU hour". A stated assumption of that report, not a market quote: pass your own.
+DEFAULT_PRICE_PER_GPU_HOUR = 2.0
+# Per-GPU MTBF implied by Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s
+# (arXiv 2407.21783 §3.3.4; course_lib.faults.LLAMA3): about 5.8 years per GPU (chapter 12).
+LLAMA3_GPU_MTBF_S = faults.implied_gpu_mtbf(faults.LLAMA3["unexpected"], faults.LLAMA3["days"] * 86_400.0,
+                                            faults.LLAMA3["n_gpus"])
+# Chapter 12's checkpoint inputs: each rank writes its shard at 2 GB/s, the filesystem sustains
+# 2 TB/s (Llama 3's Tectonic, §3.3.1), a restart costs 10 minutes (assumed; Llama 3 gives none).
+_WRITER_BW, _STORAGE_BW, _RESTART_S = 2e9, 2e12, 600.0
+_CKPT_BYTES_PER_PARAM = 14.0       # BF16 weights 2 + FP32 master 4 + Adam moments 8; no gradients
+_HEAD_DIM = 128                    # Llama 2/3, GPT-3 175B: d_model = 128 · heads
+
+
+def model_shape(n_params: float) -> tuple[int, int, int]:
+    """A plausible (n_layers, d_model, n_heads) for ``n_params`` when the user gives no shape:
+    N ≈ 12·L·d² with d/L ≈ 128 (GPT-3 175B: 12288/96; Llama 3 8B: 4096/32; 405B: 16384/126),
+    heads of 128 in a multiple of 8 so tensor parallelism up to 8 divides them."""
+    n = positive("n_params", n_params)
+    d_guess = (n * _HEAD_DIM / 12.0) ** (1 / 3)
+    heads = max(8, 8 * round(d_guess / _HEAD_DIM / 8))
+    d = heads * _HEAD_DIM
+    return max(1, round(n / (12.0 * d * d))), d, heads
+
+
+def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, float, str, float]:
+    """(N, D, how they were chosen, inference FLOPs) — chapter 2."""
+    if compute is None and (n_params is None or n_tokens is None):
+        raise ValueError("compute: give either compute (FLOP) or both n_params and n_tokens")
+    if compute is not None and (n_params is not None or n_tokens is not None):
+        raise ValueError("compute: give either compute or n_params and n_tokens, not both")
+    inf = 0.0 if inference_tokens is None else positive("inference_tokens", inference_tokens, allow_zero=True)
+    if compute is not None:
+        c = positive("compute", compute)
+        if inf > 0:
+            best = scaling.inference_optimal(c, inf, fit)
+            return (best["n_params"], best["n_tokens"], f"inference-aware ({fit} fit, "
+                    f"{best['saving_fraction']:.0%} fewer lifetime FLOP than Chinchilla)", best["inference_flops"])
+        n, d = scaling.compute_optimal(c, fit)
+        return n, d, f"compute-optimal ({fit} fit)", 0.0
+    n, d = positive("n_params", n_params), positive("n_tokens", n_tokens)
+    return n, d, "given", 2.0 * n * inf
+
+
+def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usable: float,
+                batch: float, seq: int) -> ValueError:
+    """The layout planner's refusal, with what would make the plan possible."""
+    text = str(exc)
+    if "smallest needs" in text:
+        floor = math.ceil(16.0 * n / (hbm * usable))
+        return ValueError(f"n_gpus={n_gpus}: the plan does not fit ({text}). The model states alone "
+                          f"(16 bytes per parameter, ZeRO-3) need at least {floor} GPUs of this type; "
+                          f"use more GPUs, a GPU with more HBM, a shorter seq_len or a larger "
+                          f"usable_fraction")
+    seqs = batch / seq
+    return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequences "
+                      f"per step cannot give every data-parallel replica a sequence: with TP = "
+                      f"{g} inside a node and no CP it feeds at most {int(seqs * g)} GPUs. Raise "
+                      f"global_batch_tokens to at least {n_gpus / g * seq:g} or use fewer GPUs")
+
+
+def _caveats(dtype: str, microbatches: int, dp: int, gpu: str) -> tuple[str, ...]:
+    """Chapter 7's numerics that apply to this plan (each figure from ``course_lib.numerics``)."""
+    stall = stall_point(1.0, "bf16")
+    out = [f"Accumulate the {microbatches} microbatch gradients and the DP reduction over {dp} "
+           f"ranks in FP32: a BF16 running sum of equal terms stops growing after {stall:.0f} of them."]
+    if dtype == "fp16":
+        out.append(f"FP16 tops out at {format_info('fp16').max:.0f}: dynamic loss scaling is required "
+                   f"(OPT-175B's FP16 run used it); BF16 needs none.")
+    elif dtype == "fp8":
+        out.append(f"FP8 E4M3 saturates at {format_info('fp8_e4m3').max:.0f}: matmul inputs need per-tensor "
+                   f"or per-block scales (DeepSeek-V3), master weights and optimizer stay in higher "
+                   f"precision; the MFU here is still counted against the BF16 peak.")
+        if "fp8" not in lookup("gpu", gpu).peak_flops:
+            out.append(f"{gpu} has no FP8 tensor cores: the plan would run at its BF16 rate.")
+    return tuple(out)
+
+
+@calculator
+def plan(compute: float | None = None, n_params: float | None = None, n_tokens: float | None = None,
+         gpu: str = "H100-SXM", n_gpus: int = 1024, gpus_per_node: int = 8, seq_len: int = 8192,
+         global_batch_tokens: float = 16 * 2 ** 20, price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR,
+         mfu: float | None = None, inference_tokens: float | None = None, fit: str = "besiroglu",
+         n_layers: int | None = None, d_model: int | None = None, n_heads: int | None = None,
+         kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float = 400e9,
+         gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
+         usable_fraction: float = 0.9) -> Plan:
+    """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
+    memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
+
+    Give ``compute`` (FLOP; with ``inference_tokens`` the inference-aware size) or ``n_params``
+    and ``n_tokens``. ``mfu=None`` uses the layout planner's estimate; ``n_layers``/``d_model``/
+    ``n_heads`` default to ``model_shape(n_params)``; ``nics_per_node`` to one per GPU. The
+    sizing fit defaults to Besiroglu et al.'s refit, the one that agrees with ~20 tokens per
+    parameter (chapter 2; Hoffmann's rounded constants print ~100 at 1e24 FLOP).
+    """
+    n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
+    acc = lookup("gpu", gpu)
+    g = positive_int("gpus_per_node", gpus_per_node)
+    n_gpus = positive_int("n_gpus", n_gpus)
+    s = positive_int("seq_len", seq_len)
+    batch = positive("global_batch_tokens", global_batch_tokens)
+    price = positive("price_per_gpu_hour", price_per_gpu_hour, allow_zero=True)
+    dtype = choice("dtype", dtype, ("bf16", "fp16", "fp8"))
+    shape = model_shape(n)
+    L = shape[0] if n_layers is None else positive_int("n_layers", n_layers)
+    h = shape[1] if d_model is None else positive_int("d_model", d_model)
+    a = shape[2] if n_heads is None else positive_int("n_heads", n_heads)
+    u = positive("usable_fraction", usable_fraction)
+    if u > 1:
+        raise ValueError(f"usable_fraction must be a fraction in (0, 1], got {usable_fraction!r}")
+    # chapters 4, 5, 11: the fastest layout that fits, with its memory and step time
+    try:
+        best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
+                      nics_per_node=g if nics_per_node is None else nics_per_node,
+                      nic_bits_per_s=nic_bits_per_s, kv_heads=kv_heads, usable_fraction=u)
+    except ValueError as exc:
+        if not str(exc).startswith("no layout fits"):
+            raise
+        raise _impossible(exc, n, n_gpus, g, acc.hbm_bytes, u, batch, s) from None
+    # chapter 1: MFU → step, days, GPU-hours, cost
+    used = best.mfu if mfu is None else utilisation("mfu", mfu)
+    days = flops.training_days(n, d, n_gpus, used, gpu=acc.name)
+    step_s = 6.0 * n * batch / (n_gpus * acc.peak("bf16") * used)
+    gpu_hours = days * 24.0 * n_gpus
+    # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
+    ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
+    save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
+    mtbf = faults.cluster_mtbf(positive("gpu_mtbf_seconds", gpu_mtbf_seconds), n_gpus)
+    interval = faults.optimal_checkpoint_interval(save, mtbf)
+    good = faults.goodput(interval, save, _RESTART_S, mtbf)
+    if good <= 0:
+        raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
+                         f"than a restart and half a checkpoint period take: no training progresses. "
+                         f"Use fewer GPUs or more reliable ones (gpu_mtbf_seconds)")
+    # chapter 3: what the loader must deliver
+    tokens_per_s = batch / step_s
+    bytes_per_token = token_dtype(positive_int("vocab_size", vocab_size)).itemsize
+    return Plan(
+        sizing=sizing, n_params=n, n_tokens=d, compute_flops=flops.training_flops(n, d),
+        tokens_per_param=d / n, inference_flops=inference_flops,
+        gpu=acc.name, n_gpus=n_gpus, gpus_per_node=g, seq_len=s, global_batch_tokens=batch,
+        n_layers=L, d_model=h, n_heads=a, tp=best.tp, cp=best.cp, pp=best.pp, dp=best.dp,
+        interleave=best.v, zero_stage=best.zero, recompute=best.recompute, microbatches=best.microbatches,
+        states_bytes=best.states_bytes, activation_bytes=best.activation_bytes, memory_bytes=best.memory_bytes,
+        usable_bytes=best.usable_bytes, layout_step_s=best.step_s, compute_s=best.compute_s,
+        bubble_s=best.bubble_s, exposed_comm_s={"tp": best.tp_s, "cp": best.cp_s, "pp": best.pp_s, "dp": best.dp_s},
+        mfu_estimate=best.mfu, mfu=used, mfu_source="layout estimate" if mfu is None else "given",
+        step_s=step_s, steps=d / batch, days=days, gpu_hours=gpu_hours,
+        price_per_gpu_hour=price, cost=gpu_hours * price,
+        checkpoint_bytes=ckpt, save_s=save, mtbf_s=mtbf, checkpoint_interval_s=interval,
+        restart_s=_RESTART_S, goodput=good, wall_days=days / good,
+        loader_tokens_per_s=tokens_per_s, loader_bytes_per_s=tokens_per_s * bytes_per_token,
+        bytes_per_token=bytes_per_token, dtype=dtype,
+        caveats=_caveats(dtype, best.microbatches, best.dp * best.cp, acc.name),
+        layout_explanation=best.explanation)
+
