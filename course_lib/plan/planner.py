@@ -78,7 +78,8 @@ def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usab
     return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequences "
                       f"per step cannot give every data-parallel replica a sequence: with TP = "
                       f"{g} inside a node and no CP it feeds at most {int(seqs * g)} GPUs. Raise "
-                      f"global_batch_tokens to at least {n_gpus / g * seq:g} or use fewer GPUs")
+                      f"global_batch_tokens to {n_gpus / g * seq:g} (one sequence per TP-{g} replica) or "
+                      f"use fewer GPUs")
 
 
 def _caveats(dtype: str, microbatches: int, dp: int, gpu: str) -> tuple[str, ...]:
