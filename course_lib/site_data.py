@@ -6,6 +6,7 @@ a loss-fit constant or a limit a second time: Python and the browser share one s
 """
 from __future__ import annotations
 
+import inspect
 import json
 
 from . import distill, flops, hardware, scaling
@@ -15,7 +16,7 @@ __all__ = ["calculator_data", "calculator_data_js"]
 
 
 def calculator_data() -> dict:
-    """Plain-JSON constants for the five chapter calculators (peaks, aliases, fits, limits)."""
+    """Plain-JSON constants for the six chapter calculators (peaks, aliases, fits, limits)."""
     return {
         "accelerators": {name: dict(acc.peak_flops) for name, acc in hardware.ACCELERATORS.items()},
         "aliases": dict(hardware.ALIASES),
@@ -25,6 +26,8 @@ def calculator_data() -> dict:
         "fits": {name: {"E": f.E, "A": f.A, "B": f.B, "alpha": f.alpha, "beta": f.beta}
                  for name, f in scaling.FITS.items()},
         "mtok": distill.MTOK,
+        "assumed_gpu_hour_price": distill.ASSUMED_GPU_HOUR_PRICE,
+        "cache_read_multiplier": inspect.signature(distill.distillation_cost).parameters["cache_read_multiplier"].default,
         "max_int": MAX_INT,
     }
 

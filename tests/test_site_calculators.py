@@ -57,6 +57,10 @@ CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]]
     "bubble": ("book/05_pipeline", lambda v: {
         "fraction": pipeline.bubble_fraction(v["p"], v["m"], v["v"]),
         "overhead": pipeline.bubble_overhead(v["p"], v["m"], v["v"])}),
+    "distill": ("book/09_distill", lambda v: {
+        k: r[k] for r in [distill.distill_calculator(**{k: x for k, x in v.items()})]
+        for k in ("total_dollars", "dollars_per_visible_mtok", "pretraining_dollars", "distill_over_pretrain",
+                  "break_even_tokens")}),
     "api_cost": ("book/09_distill", lambda v: {
         "dollars": distill.api_cost(v["output_tokens"], v["price_out_per_mtok"], v["input_tokens"],
                                     v["price_in_per_mtok"], v["batch_discount"])}),
@@ -73,6 +77,11 @@ GRIDS: dict[str, dict[str, list[str]]] = {
                     "dp_degree": ["1", "2", "64", "1000", "16384", "8.0"], "stage": ["0", "1", "2", "3"],
                     "bytes_per_param": ["4", "12", "16", "18.5", "3"]},
     "bubble": {"p": ["1", "2", "4", "8", "64"], "m": ["1", "4", "8", "32", "1000"], "v": ["1", "2", "4"]},
+    "distill": {"visible_tokens": ["1e9", "1e12"], "price_out_per_mtok": ["0.5", "25"], "price_in_per_mtok": ["0", "5"],
+                "input_per_output": ["0", "0.2", "10"], "cached_fraction": ["0", "0.9", "1"],
+                "hidden_per_visible": ["0", "3"], "batch_discount": ["0", "0.5"], "teacher_params": ["7e9", "405e9"],
+                "teacher_tokens": ["15.6e12"], "gpu_hour_price": ["2", "0.5"], "mfu": ["0.4", "1"],
+                "gpu": [g for g, acc in hardware.ACCELERATORS.items() if "bf16" in acc.peak_flops]},
     "api_cost": {"output_tokens": ["1", "1e9", "1e12"], "price_out_per_mtok": ["0.5", "25", "75"],
                  "input_tokens": ["0", "2e11", "1e13"], "price_in_per_mtok": ["0", "5", "15"],
                  "batch_discount": ["0", "0.5", "0.99", "1"]},
@@ -90,6 +99,10 @@ EXTREME: dict[str, list[dict[str, str]]] = {
     "zero_memory": [{"n_params": "1e308"}, {"n_params": "1e308", "bytes_per_param": "1e10"}],
     "bubble": [],
     "api_cost": [{"output_tokens": "1e300", "price_out_per_mtok": "1e300"}],
+    "distill": [{"visible_tokens": "1e300", "price_out_per_mtok": "1e300"},
+                {"teacher_params": "1e300", "teacher_tokens": "1e300"},
+                {"teacher_params": "1e-300", "teacher_tokens": "1e-300"},
+                {"price_out_per_mtok": "5e-324", "price_in_per_mtok": "0"}],
 }
 # Extreme inputs that still compute: the page must agree here too.
 EXTREME_OK: dict[str, list[dict[str, str]]] = {
@@ -98,6 +111,7 @@ EXTREME_OK: dict[str, list[dict[str, str]]] = {
     "zero_memory": [{"n_params": "5e-324", "dp_degree": "9007199254740992"}],
     "bubble": [{"p": "9007199254740992", "m": "9007199254740992", "v": "9007199254740992"}],
     "api_cost": [{"price_out_per_mtok": "5e-324"}],
+    "distill": [{"visible_tokens": "1e-300"}],
 }
 
 # Fill the named fields (the rest keep their defaults), fire one `input` event, read the result.

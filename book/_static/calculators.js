@@ -236,6 +236,48 @@
     });
   }
 
+  function share(name, f) {    // distill._share
+    var v = positive(name, f, true);
+    if (v > 1) fail(name + " must be a fraction in [0, 1], got " + f.repr);
+    return v;
+  }
+
+  function distillationCost(vis, pOut, pIn, ipo, cached, mult, hidden, disc) {    // distill.distillation_cost
+    var args = [["visible_tokens", vis], ["price_out_per_mtok", pOut], ["price_in_per_mtok", pIn],
+                ["input_per_output", ipo], ["cached_fraction", cached], ["cache_read_multiplier", mult],
+                ["hidden_per_visible", hidden], ["batch_discount", disc]];
+    return calculator(args, function () {
+      var v = positive("visible_tokens", vis), po = positive("price_out_per_mtok", pOut);
+      var pi = positive("price_in_per_mtok", pIn, true), r = positive("input_per_output", ipo, true);
+      var c = share("cached_fraction", cached), m = share("cache_read_multiplier", mult);
+      var h = positive("hidden_per_visible", hidden, true), keep = 1.0 - discount("batch_discount", disc);
+      var billedOut = v * (1.0 + h), inp = v * r;
+      var outDollars = billedOut * po / D.mtok * keep;
+      var inDollars = inp * pi * ((1.0 - c) + c * m) / D.mtok * keep;
+      var total = outDollars + inDollars;
+      return [v, billedOut, inp, inp * c, outDollars, inDollars, total, total / v * D.mtok];
+    });
+  }
+
+  /* distill.distill_calculator: the bill next to the teacher's pretraining cost (6ND GPU-hours at
+   * an assumed price), their ratio and the break-even volume. */
+  function distillCalculator(v) {
+    var names = ["visible_tokens", "price_out_per_mtok", "price_in_per_mtok", "input_per_output", "cached_fraction",
+                 "hidden_per_visible", "batch_discount", "teacher_params", "teacher_tokens", "gpu_hour_price", "mfu"];
+    var args = names.map(function (k) { return [k, v[k]]; }).concat([["gpu", v.gpu]]);
+    return calculator(args, function () {
+      var bill = distillationCost(v.visible_tokens, v.price_out_per_mtok, v.price_in_per_mtok, v.input_per_output,
+                                  v.cached_fraction, parseField(String(D.cache_read_multiplier)),
+                                  v.hidden_per_visible, v.batch_discount);
+      var n = positive("teacher_params", v.teacher_params), d = positive("teacher_tokens", v.teacher_tokens);
+      var u = utilisation("mfu", v.mfu), pk = peak(v.gpu, "bf16");
+      var hours = div(6.0 * n * d, pk * u) / 3600.0;
+      var pre = hours * positive("gpu_hour_price", v.gpu_hour_price);
+      var total = bill[6], perMtok = bill[7];
+      return [total, pre, hours, div(total, pre), div(pre, perMtok) * D.mtok, perMtok];
+    });
+  }
+
   // ------------------------------------------------------------ the forms
   function sci(x, unit) { return x.toPrecision(4).replace("e+", "e") + unit; }
   function fmt(x, unit) {    // 4 significant digits; an exponent only for very large or small values
@@ -300,6 +342,32 @@
       run: function (v) {
         return [["fraction", "idle share of the step", bubbleFraction(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }],
                 ["overhead", "idle time / ideal time", bubbleOverhead(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }]];
+      }
+    },
+    distill: {
+      title: "Distillation bill against pretraining the teacher",
+      fields: function () {
+        var gpus = Object.keys(D.accelerators).filter(function (g) { return "bf16" in D.accelerators[g]; });
+        return [text("visible_tokens", "usable teacher tokens T", "1e12"),
+                text("price_out_per_mtok", "$ per M output tokens", "25"),
+                text("price_in_per_mtok", "$ per M input tokens", "5"),
+                text("input_per_output", "input tokens per returned token r", "0.2"),
+                text("cached_fraction", "cached share of the input c (0-1)", "0"),
+                text("hidden_per_visible", "hidden reasoning tokens per returned h", "0"),
+                text("batch_discount", "batch discount b (0-1)", "0"),
+                text("teacher_params", "teacher parameters", "405e9"),
+                text("teacher_tokens", "teacher pretraining tokens", "15.6e12"),
+                text("gpu_hour_price", "$ per GPU-hour (an assumption)", String(D.assumed_gpu_hour_price)),
+                text("mfu", "teacher's MFU (0-1)", "0.4"),
+                select("gpu", "accelerator", "H100-SXM", gpus.map(function (g) { return [g, g]; }))];
+      },
+      run: function (v) {
+        var r = distillCalculator(v), money = function (x) { return "$" + fmt(x, ""); };
+        return [["total_dollars", "distillation bill", r[0], money],
+                ["dollars_per_visible_mtok", "per usable M tokens", r[5], money],
+                ["pretraining_dollars", "pretraining the teacher", r[1], money],
+                ["distill_over_pretrain", "bill / pretraining", r[3], function (x) { return fmt(x, ""); }],
+                ["break_even_tokens", "break-even usable tokens", r[4], function (x) { return sci(x, ""); }]];
       }
     },
     api_cost: {
