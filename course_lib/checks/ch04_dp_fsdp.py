@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from course_lib import comm, hardware, memory
 from course_lib.grading import Mistake, Question
-from course_lib.grading.remote import launch_with, source_of
+from course_lib.grading.remote import NotAFunction, function_source, launch_with
 
 GB = 1e9
 _H100 = hardware.get_accelerator("H100-SXM")
@@ -56,14 +56,10 @@ def _stage_list_mistakes() -> list[Mistake]:
 
 def _grade_sync(fn) -> tuple[float, str]:
     """Run the student's ``fn(grads, group)`` on 2 ranks and compare with the whole-batch gradient."""
-    if not callable(fn):
-        return 0.0, "Pass the function itself (check(\"sync_grads\", sync_gradients)), not its result."
     try:
-        source = source_of(fn)
-    except (OSError, TypeError):
-        return 0.0, "Cannot read the function's source: define it with `def` in a notebook cell."
-    if "NotImplementedError" in source and "YOUR CODE HERE" in source:
-        raise NotImplementedError("the function body is still the stub")
+        source = function_source(fn, "check(\"sync_grads\", sync_gradients)")
+    except NotAFunction as e:
+        return 0.0, str(e)
     from course_lib.dist import RankError
     from course_lib.parallel.dp_demos import grad_sync_check_worker
     try:

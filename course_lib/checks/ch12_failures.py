@@ -11,7 +11,7 @@ from __future__ import annotations
 from course_lib import faults
 from course_lib.faults.drill import resume_worker
 from course_lib.grading import Mistake, Question
-from course_lib.grading.remote import launch_with, source_of
+from course_lib.grading.remote import NotAFunction, function_source, launch_with
 
 HOUR, DAY = 3600.0, 86400.0
 GPU_MTBF_H, N_GPUS = 50_000.0, 24_576          # per-GPU MTBF (hours) and cluster size
@@ -26,14 +26,10 @@ _PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.83, not 
 
 def _grade_resume(fn, draw) -> tuple[float, str]:
     """Kill the student's job after a drawn step, restart it, and score the resume."""
-    if not callable(fn):
-        return 0.0, "Pass the function itself (check('resume', train_resumable)), not its result."
     try:
-        source = source_of(fn)
-    except (OSError, TypeError):
-        return 0.0, "Cannot read the function's source: define it with `def` in a notebook cell."
-    if "NotImplementedError" in source and "YOUR CODE HERE" in source:
-        raise NotImplementedError("the function body is still the stub")
+        source = function_source(fn, "check('resume', train_resumable)")
+    except NotAFunction as e:
+        return 0.0, str(e)
     kill_at = int(draw.choice([k for k in range(EVERY + 1, TOTAL_STEPS) if k % EVERY]))
     from course_lib.dist import RankError
     try:

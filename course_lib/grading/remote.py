@@ -216,6 +216,25 @@ def source_of(fn: Any) -> str:
     return textwrap.dedent(inspect.getsource(fn))
 
 
+class NotAFunction(ValueError):
+    """A function answer the grader cannot run; its message is what the student is told."""
+
+
+def function_source(fn: Any, usage: str) -> str:
+    """The source of a function answer, after the checks every function question makes first: it is
+    a function (``usage`` shows the right call), its source can be read, and it is not the stub.
+    Raises :class:`NotAFunction` (score 0 with that message) or ``NotImplementedError``."""
+    if not callable(fn):
+        raise NotAFunction(f"Pass the function itself ({usage}), not its result.")
+    try:
+        source = source_of(fn)
+    except (OSError, TypeError):
+        raise NotAFunction("Cannot read the function's source: define it with `def` in a notebook cell.") from None
+    if "NotImplementedError" in source and "YOUR CODE HERE" in source:
+        raise NotImplementedError("the function body is still the stub")
+    return source
+
+
 def launch_with(fn: Any, worker: Callable, world_size: int, *, timeout: float, **kwargs: Any) -> list:
     """``course_lib.dist.launch(worker, world_size, timeout=..., **kwargs)``, run where ``fn``
     lives: in this process for a real function, in the sandbox for a remote one (``worker`` must be
