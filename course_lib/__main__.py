@@ -54,6 +54,11 @@ def _number(text: str) -> int | float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _optional_number(text: str) -> int | float | None:
+    """A number, or ``none`` for an optional argument left to its default rule (``--mfu none``)."""
+    return None if text.lower() == "none" else _number(text)
+
+
 def _switch(text: str) -> bool:
     """true or false, nothing else: any other word would be a truthy string in Python."""
     if text.lower() not in ("true", "false"):
@@ -76,7 +81,9 @@ def _converter(param: inspect.Parameter):
     ann = str(param.annotation).replace("typing.", "")
     if ann == "bool" or isinstance(param.default, bool):
         return _switch
-    if ann in ("int", "float", "int | None", "float | None") or (
+    if ann in ("int | None", "float | None"):
+        return _optional_number
+    if ann in ("int", "float") or (
             isinstance(param.default, (int, float)) and ann == str(inspect.Parameter.empty)):
         return _number
     if ann.startswith(("Iterable", "Sequence", "list")):

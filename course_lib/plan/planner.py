@@ -51,16 +51,24 @@ def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, 
         raise ValueError("compute: give either compute (FLOP) or both n_params and n_tokens")
     if compute is not None and (n_params is not None or n_tokens is not None):
         raise ValueError("compute: give either compute or n_params and n_tokens, not both")
+    choice("fit", fit, scaling.FIT_NAMES)
     inf = 0.0 if inference_tokens is None else positive("inference_tokens", inference_tokens, allow_zero=True)
     if compute is not None:
         c = positive("compute", compute)
         if inf > 0:
             best = scaling.inference_optimal(c, inf, fit)
+            if best["n_params"] < 1:
+                raise ValueError(f"compute={compute!r} is too small: it buys less than one parameter")
             return (best["n_params"], best["n_tokens"], f"inference-aware ({fit} fit, "
                     f"{best['saving_fraction']:.0%} fewer lifetime FLOP than Chinchilla)", best["inference_flops"])
         n, d = scaling.compute_optimal(c, fit)
+        if n < 1 or d < 1:
+            raise ValueError(f"compute={compute!r} is too small: it buys less than one parameter or token")
         return n, d, f"compute-optimal ({fit} fit)", 0.0
     n, d = positive("n_params", n_params), positive("n_tokens", n_tokens)
+    for name, value in (("n_params", n), ("n_tokens", d)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value!r}")
     return n, d, "given", 2.0 * n * inf
 
 
@@ -123,7 +131,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     n_gpus = positive_int("n_gpus", n_gpus)
     s = positive_int("seq_len", seq_len)
     batch = positive("global_batch_tokens", global_batch_tokens)
-    price = positive("price_per_gpu_hour", price_per_gpu_hour, allow_zero=True)
+    price = positive("price_per_gpu_hour", price_per_gpu_hour)
     dtype = choice("dtype", dtype, ("bf16", "fp16", "fp8"))
     shape = model_shape(n)
     L = shape[0] if n_layers is None else positive_int("n_layers", n_layers)
