@@ -18,10 +18,7 @@ The same worker runs unchanged under ``torchrun -m course_lib.dist module:functi
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
-import importlib
-import inspect
 import json
 import multiprocessing as mp
 import multiprocessing.connection as mp_connection
@@ -30,12 +27,11 @@ import pickle
 import signal
 import socket
 import sys
-import textwrap
 import time
-import traceback
-from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
+
+from .dist_rank import RankContext, _make_context, _rank_main, _resolve, _worker_spec
 
 __all__ = ["RankContext", "RankError", "launch", "free_port", "default_backend", "run_from_env"]
 
@@ -68,22 +64,6 @@ def _last_line(text: str) -> str:
     return ([ln for ln in text.splitlines() if ln.strip()] or [""])[-1].strip()
 
 
-@dataclass
-class RankContext:
-    """What a worker knows about its place in the run; the process group is passed explicitly."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    backend: str
-    device: Any   # torch.device
-    group: Any    # torch.distributed.ProcessGroup (the world group of this run)
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
 def free_port() -> int:
     """A TCP port on localhost that nothing is listening on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -107,82 +87,6 @@ def default_backend(world_size: int) -> str:
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl"
     return "gloo"
-
-
-def _worker_spec(worker: Callable) -> tuple[str, str, str]:
-    """How a rank finds ``worker``: by import path, or by source for notebook-defined functions."""
-    if not callable(worker) or not hasattr(worker, "__qualname__"):
-        raise ValueError(f"worker must be a function, got {worker!r}")
-    module = getattr(worker, "__module__", None)
-    if module and module != "__main__" and "<locals>" not in worker.__qualname__:
-        return ("ref", module, worker.__qualname__)
-    try:
-        source = textwrap.dedent(inspect.getsource(worker))
-    except (OSError, TypeError) as exc:
-        raise ValueError(f"worker {worker.__qualname__!r} is neither importable nor has source "
-                         f"that can be shipped to the ranks") from exc
-    return ("src", source, worker.__name__)
-
-
-def _resolve(spec: tuple[str, str, str]) -> Callable:
-    kind, a, b = spec
-    if kind == "ref":
-        obj: Any = importlib.import_module(a)
-        for part in b.split("."):
-            obj = getattr(obj, part)
-        return obj
-    namespace: dict[str, Any] = {"__name__": "__course_worker__"}
-    exec(compile(a, f"<worker {b}>", "exec"), namespace)
-    return namespace[b]
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no rank is ever orphaned."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the launcher's own cleanup still stops the ranks
-        pass
-
-
-def _make_context(rank: int, world_size: int, local_rank: int, backend: str):
-    import torch
-    import torch.distributed as dist
-    if backend == "nccl":
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    return RankContext(rank, world_size, local_rank, backend, device, dist.group.WORLD)
-
-
-def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float,
-               threads: int, spec: tuple[str, str, str], kwargs: dict, conn: Any) -> None:
-    """Entry point of one rank: set up, run the worker, send one report down ``conn``, tear down.
-
-    The report goes out before the teardown, which the peers may notice, so that a rank's own
-    error reaches the launcher ahead of the errors its exit causes in the other ranks."""
-    _die_with_parent()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), PYTHONWARNINGS="ignore")
-    import warnings
-    warnings.simplefilter("ignore")
-    try:
-        import torch
-        import torch.distributed as dist
-        torch.set_num_threads(threads)
-        timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
-        try:
-            report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),
-                                                        **kwargs)))
-        except BaseException:  # everything, including SystemExit from student code
-            report = ("error", traceback.format_exc())
-        conn.send(report)
-        if dist.is_initialized():   # the worker may have torn it down itself
-            dist.destroy_process_group()
-    except BaseException:  # the set-up failed (the launcher reads only a rank's first report)
-        conn.send(("error", traceback.format_exc()))
 
 
 # A rank exits with this code when, while starting, it re-imports a script that calls launch() at

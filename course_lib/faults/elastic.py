@@ -276,7 +276,7 @@ def _init_process_group(attempt: int, timeout: datetime.timedelta) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of one rank under torchrun: set up both process groups, train, tear down."""
-    from ..dist import _die_with_parent
+    from ..dist_rank import _die_with_parent
     _die_with_parent()                  # if the elastic agent is killed, its ranks die with it
     job, out = parse_args(argv)
     torch.set_num_threads(1)            # the same kernels on every attempt and under any launcher
