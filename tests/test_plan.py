@@ -44,7 +44,7 @@ def test_render_names_every_chapter(p70):
     for tag in ("[ch02", "[ch04/05/11]", "[ch04/11 memory]", "[ch05/11 step]", "[ch01 MFU]",
                 "[ch01 time/cost]", "[ch12", "[ch03", "[ch07"):
         assert tag in text
-    assert p70.layout_shape() in text and str(p70) == text
+    assert p70.layout_shape in text and str(p70) == text
 
 
 def test_given_mfu_sets_the_time_and_keeps_the_estimate_beside_it(p70):

@@ -171,7 +171,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         sizing=sizing, n_params=n, n_tokens=d, compute_flops=flops.training_flops(n, d),
         tokens_per_param=d / n, inference_flops=inference_flops,
         gpu=acc.name, n_gpus=n_gpus, gpus_per_node=g, seq_len=s, global_batch_tokens=batch,
-        n_layers=L, d_model=h, n_heads=a, tp=best.tp, cp=best.cp, pp=best.pp, dp=best.dp,
+        n_layers=L, d_model=h, n_heads=a, layout_shape=best.shape(), tp=best.tp, cp=best.cp, pp=best.pp, dp=best.dp,
         interleave=best.v, zero_stage=best.zero, recompute=best.recompute, microbatches=best.microbatches,
         states_bytes=best.states_bytes, activation_bytes=best.activation_bytes, memory_bytes=best.memory_bytes,
         usable_bytes=best.usable_bytes, layout_step_s=best.step_s, compute_s=best.compute_s,

@@ -32,6 +32,7 @@ class Plan:
     n_layers: int
     d_model: int
     n_heads: int
+    layout_shape: str               # "TP 8 · CP 1 · PP 16 (v=2) · DP 128" (layout.Layout.shape)
     tp: int
     cp: int
     pp: int
@@ -81,11 +82,6 @@ class Plan:
         """Memory per GPU within the usable share of HBM (always true for a plan returned)."""
         return self.memory_bytes <= self.usable_bytes
 
-    def layout_shape(self) -> str:
-        """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
-        v = f" (v={self.interleave})" if self.interleave > 1 else ""
-        return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}"
-
     def render(self) -> str:
         """The plan as text, one line per stage, each naming the chapter that explains it."""
         source = self.mfu_source + (f"; the layout estimates {self.mfu_estimate:.1%}"
@@ -96,7 +92,7 @@ class Plan:
             f"({self.tokens_per_param:.0f} per parameter; {self.sizing}); 6ND = {self.compute_flops:.3g} FLOP"
             + (f"; inference {self.inference_flops:.3g} FLOP" if self.inference_flops else ""),
             f"[ch04/05/11]     {self.n_layers} layers × d {self.d_model}, {self.n_heads} heads on "
-            f"{self.n_gpus} × {self.gpu}: {self.layout_shape()}, ZeRO-{self.zero_stage}, "
+            f"{self.n_gpus} × {self.gpu}: {self.layout_shape}, ZeRO-{self.zero_stage}, "
             f"recompute={self.recompute}, m={self.microbatches} microbatches",
             f"[ch04/11 memory] {self.memory_bytes / 1e9:.1f} GB of {self.usable_bytes / 1e9:.1f} GB usable "
             f"per GPU (states {self.states_bytes / 1e9:.1f}, activations {self.activation_bytes / 1e9:.1f})",

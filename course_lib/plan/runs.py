@@ -96,8 +96,9 @@ RUNS: tuple[Run, ...] = (
     Run("BLOOM-176B", 176.2e9, 366e9, "A100", 384, 156e12 / 312e12, "156 TFLOP/s per GPU (GENCI / BigScience blog)",
         1_082_990, "gpu_hours", "arXiv 2211.05100 (384 A100 80GB, 366B tokens, 1,082,990 compute hours)",
         "hours, GPUs, tokens and 156 TFLOP/s verified on GENCI's and BigScience's pages (blog figures)",
-        "The 156 TFLOP/s is Megatron-DeepSpeed's own count, which includes the recomputed forward of "
-        "activation checkpointing (8N, not 6N: ×3/4 for MFU); the 3.5 months also held restarts.",
+        "The 156 TFLOP/s is Megatron-DeepSpeed's own count, which includes the recomputed forward when "
+        "activation checkpointing is on (8N, not 6N: x3/4 for MFU; not verified here for BLOOM); the "
+        "3.5 months also held restarts.",
         dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048)),
     Run("Megatron-LM 1T", 1008e9, 450e9, "A100", 3072, 163e12 / 312e12, "163 TFLOP/s per GPU, 52 % of peak",
         84, "days", "arXiv 2104.04473 Table 1 and §5.1 (an estimate for 450B tokens, not a completed run)",
