@@ -124,17 +124,85 @@ def _build_book() -> BookBuild:
     return BookBuild(proc.returncode, log, HTML_DIR, seconds)
 
 
+# Test files that need the built book. Under pytest-xdist they run last, while the book is built
+# in the background from the start of the run (see pytest_sessionstart), so no worker sits waiting.
+BOOK_TEST_FILES = {"test_book.py", "test_site.py", "test_site_calculators.py", "test_site_static.py",
+                   "test_claims.py"}
+BOOK_JOB_ENV = "COURSE_BOOK_JOB"   # set by the xdist controller: where the background build reports
+
+
+def _book_wanted() -> bool:
+    return os.environ.get("COURSE_BOOK_REUSE") != "1" and not os.environ.get("COURSE_HTML_DIR")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """On the controller of a parallel run that includes book tests: start the book build now, in
+    its own process, so it uses a core while the workers run everything else; the workers (started
+    after this hook, with this environment) wait for its exit status in ``book_build``."""
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not _book_wanted():
+        return
+    args = [str(a) for a in config.args]
+    if not any(Path(a).name in BOOK_TEST_FILES or Path(a).resolve() == ROOT / "tests" for a in args):
+        return
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    job = ARTIFACTS / f"book-build-{os.getpid()}-{time.time_ns()}"
+    for old in ARTIFACTS.glob("book-build-*"):
+        if old.is_file():
+            old.unlink()
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYDEVD_DISABLE_FILE_VALIDATION="1")
+    script = ("import subprocess, sys, time\n"
+              "t = time.monotonic()\n"
+              "with open(sys.argv[1] + '.log', 'w') as log:\n"
+              "    rc = subprocess.call(sys.argv[3:], cwd=sys.argv[2], stdout=log, stderr=subprocess.STDOUT)\n"
+              "open(sys.argv[1] + '.tmp', 'w').write(f'{rc} {time.monotonic() - t:.1f}')\n"
+              "import os; os.replace(sys.argv[1] + '.tmp', sys.argv[1] + '.rc')\n")
+    config._course_book_job = subprocess.Popen(
+        [sys.executable, "-c", script, str(job), str(ROOT), _jupyter_book(), *BOOK_CMD, *STRICT_FLAGS],
+        env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    os.environ[BOOK_JOB_ENV] = str(job)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    job = getattr(session.config, "_course_book_job", None)
+    if job is not None and job.poll() is None:   # the run ended before the book did (e.g. -x)
+        os.killpg(job.pid, 9)
+        job.wait()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The book's tests last (a stable sort, the same on every worker), so a parallel run reaches
+    them once the background build is done."""
+    items.sort(key=lambda item: Path(str(item.fspath)).name in BOOK_TEST_FILES)
+
+
+def _wait_for_book_job(job: str) -> BookBuild:
+    rc_file, log_file = Path(job + ".rc"), Path(job + ".log")
+    deadline = time.monotonic() + 1200
+    while not rc_file.is_file():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the background book build did not finish in 20 minutes (log: {log_file})")
+        time.sleep(1)
+    rc, seconds = rc_file.read_text().split()
+    log = log_file.read_text(errors="replace")
+    (ARTIFACTS / "book-build.log").write_text(f"# {seconds} s, exit {rc}\n{log}")
+    return BookBuild(int(rc), log, HTML_DIR, float(seconds))
+
+
 @pytest.fixture(scope="session")
 def book_build() -> BookBuild:
     """Build the book once (warnings as errors) and return the result; never raises on failure.
 
-    Under pytest-xdist every worker process has its own session: the first worker to ask builds
-    while holding a file lock, and the others wait for it and read its result, so one run builds
-    the book once whichever workers its book tests land on."""
+    In a parallel run the controller has started the build already (``pytest_sessionstart``) and
+    each worker waits for it. Otherwise (a single process, or workers started by hand) the first
+    worker to ask builds while holding a file lock and the others read its result."""
     if os.environ.get("COURSE_BOOK_REUSE") == "1" and (HTML_DIR / "index.html").is_file():
         return BookBuild(0, "(COURSE_BOOK_REUSE=1: build skipped)", HTML_DIR, 0.0, reused=True)
     if os.environ.get("COURSE_HTML_DIR"):   # test a book built elsewhere (--path-output DIR: DIR/_build/html)
         return BookBuild(0, "(COURSE_HTML_DIR: build skipped)", Path(os.environ["COURSE_HTML_DIR"]), 0.0, reused=True)
+    if os.environ.get(BOOK_JOB_ENV):
+        return _wait_for_book_job(os.environ[BOOK_JOB_ENV])
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run_id is None:
         return _build_book()
