@@ -46,14 +46,15 @@ exercises: $(VENV_OK)
 # this machine reproduces fails here instead of on a reader's or an instructor's machine. (3) The
 # tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
 JOBS ?= 2
-XDIST := -n $(JOBS) --dist loadfile
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: the book's tests come last
+SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
 test: $(VENV_OK)
 	$(PY) -m pytest -q --durations=15 $(XDIST) -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions
 	@second=$$($(PY) -m course_lib.nbtools second-path); \
 	if [ -z "$$second" ]; then echo "notebooks: torch runs its default kernels here; no second kernel path to try"; \
 	else echo "notebooks again under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
 	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q $(XDIST) --nbval --nbval-current-env notebooks solutions; fi
-	$(PY) -m pytest -q -m serial --ignore=tests/fixtures tests
+	$(PY) -m pytest -q -m serial $(SERIAL_FILES)
 
 # Check the notebooks under one kernel path: make test-notebooks CPU=default (or avx2, avx512).
 test-notebooks: $(VENV_OK)

@@ -133,6 +133,14 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"so 14 is the strict figure", "2 + 12 bytes per parameter without gradients, a definition"),
         (r"node's 400 Gb/s network link", "the stated assumption of one node's NIC (50 GB/s)"),
     ],
+    "13_plan.md": [
+        (r"\b(?:405B|1T|37B|671B|8B|70B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active)"),
+        (r"466 interruptions|range from 38 % to 55 %|its 55\.2 %", PUBLISHED),
+        (r"better than ~±20 %", "the chapter's stated judgement of a first-principles model, not a result"),
+        (r"fits in 80 GB", "the H100's HBM (course_lib.hardware, with its source)"),
+        (r"its 156 TFLOP/s|its 3\.5 months|at 2K tokens", PUBLISHED),
+        (r"is 3/4 of", "6N over 8N per token, derived in the same sentence"),
+    ],
     "11_tensor_context.md": [
         (r"\b405B\b|\b1T model\b", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
         (r"\b(?:8K|128K)\b", "the context lengths of the published Llama 3 runs, the planner's inputs"),
