@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from .. import faults, flops, scaling
-from .._validate import calculator, choice, positive, positive_int, utilisation
+from .._validate import calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
 from ..hardware import lookup
 from ..layout import layout
@@ -137,9 +137,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     L = shape[0] if n_layers is None else positive_int("n_layers", n_layers)
     h = shape[1] if d_model is None else positive_int("d_model", d_model)
     a = shape[2] if n_heads is None else positive_int("n_heads", n_heads)
-    u = positive("usable_fraction", usable_fraction)
-    if u > 1:
-        raise ValueError(f"usable_fraction must be a fraction in (0, 1], got {usable_fraction!r}")
+    u = fraction("usable_fraction", usable_fraction)
     # chapters 4, 5, 11: the fastest layout that fits, with its memory and step time
     try:
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
