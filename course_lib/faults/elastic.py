@@ -34,6 +34,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
                                                      set_state_dict)
 
+from ..corpus import get_batch
 from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
 from .dcp_demo import ShardedCheckpointer, checkpoint_dir, full_digests, incomplete_steps
@@ -108,10 +109,10 @@ class WindowLoader:
         self.position = 0
 
     def next(self) -> torch.Tensor:
-        """The next (batch, seq_len + 1) window of token ids."""
-        starts = torch.randint(0, len(self.tokens) - self.seq_len - 1, (self.batch,), generator=self.gen)
+        """The next (batch, seq_len + 1) window of token ids (the course's ``corpus.get_batch``)."""
+        x, y = get_batch(self.tokens, self.batch, self.seq_len, self.gen)
         self.position += 1
-        return torch.stack([self.tokens[s:s + self.seq_len + 1] for s in starts.tolist()])
+        return torch.cat([x, y[:, -1:]], dim=1)
 
     def state_dict(self) -> dict:
         return {"generator": self.gen.get_state(), "position": torch.tensor(self.position)}
