@@ -144,7 +144,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not _book_wanted():
         return
     args = [str(a) for a in config.args]
-    if not any(Path(a).name in BOOK_TEST_FILES or Path(a).resolve() == ROOT / "tests" for a in args):
+    paths = [Path(a.split("::")[0]) for a in args]   # a node id names its file before "::"
+    if not any(p.name in BOOK_TEST_FILES or p.resolve() == ROOT / "tests" for p in paths):
         return
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     job = ARTIFACTS / f"book-build-{os.getpid()}-{time.time_ns()}"
