@@ -216,9 +216,11 @@ def test_bubble_parts_add_up_and_replay_the_measured_op_times():
 @pytest.mark.serial
 def test_measured_bubble_matches_the_formula_on_a_quiet_machine():
     """Issue #6's criterion: GPipe and 1F1B on 2 real processes, m = 1, 2, 4, 8, the measured
-    bubble (steadiest of 5 steps) within 3 percentage points of (p−1)/(m+p−1). A virtual machine's
-    op times wander by 5–10 %, which now and then pushes one point past 3 points; such a point is
-    measured again, in a fresh launch (at most twice), before it counts as a miss."""
+    bubble (steadiest of 5 steps) within 3 percentage points of (p−1)/(m+p−1), and the executor's own
+    cost at most 2 % of the step. A virtual machine's op times wander by 5–10 %, which now and then
+    pushes one point past either bound (CI once measured a 2.6 % transfer share at GPipe m = 8, where
+    this machine measures 0.7–0.9 %); such a point is measured again, in a fresh launch (at most
+    twice), before it counts as a miss."""
     def measure(points):
         return pipeline_run.run_pipeline(pipeline_run.DEMO, 2, [{"schedule": s, "m": m, "steps": 5, "warmup": 1}
                                                                  for s, m in points], mb_size=pipeline_run.TIMING_MB)
@@ -228,17 +230,22 @@ def test_measured_bubble_matches_the_formula_on_a_quiet_machine():
     assert 0 < share <= 1.05
     if share < 0.9:
         pytest.skip(f"other programs took the cores (CPU share {share:.2f}); the timing check needs an idle machine")
-    # the executor's own cost — messages and the Python between ops — is small next to the compute
-    for r in res:
+
+    def miss(r):
+        """What is off in one point, or None: the bubble past 3 points of the formula, or the executor's
+        own cost (messages and the Python between ops, median over the steps) past 2 % of the step."""
+        off = r.bubble() - pipeline.bubble_fraction(2, r.m)
         transfer = sorted(r.bubble_parts(s)["transfer"] for s in range(r.steps))[r.steps // 2]
-        assert -0.005 <= transfer <= 0.02, (r.schedule, r.m, transfer)
+        if abs(off) > 0.03 or not -0.005 <= transfer <= 0.02:
+            return (r.schedule, r.m, round(off, 3), round(transfer, 3))
+        return None
+
     for attempt in range(3):
-        missed = [(r.schedule, r.m, round(r.bubble() - pipeline.bubble_fraction(2, r.m), 3)) for r in res
-                  if abs(r.bubble() - pipeline.bubble_fraction(2, r.m)) > 0.03]
+        missed = [m for m in map(miss, res) if m]
         if not missed or attempt == 2:
             break
-        res = measure([(s, m) for s, m, _ in missed])
-    assert not missed, f"(schedule, m, measured − formula) past 3 points three times: {missed}"
+        res = measure([(s, m) for s, m, *_ in missed])
+    assert not missed, f"(schedule, m, measured − formula, transfer) missed three times: {missed}"
 
 
 def test_measured_layer_costs_cover_every_layer():
