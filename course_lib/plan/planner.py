@@ -18,7 +18,7 @@ from ..layout import layout
 from ..numerics import format_info, stall_point
 from .result import Plan
 
-__all__ = ["plan", "model_shape", "DEFAULT_PRICE_PER_GPU_HOUR", "LLAMA3_GPU_MTBF_S"]
+__all__ = ["plan", "model_shape", "failure_budget", "DEFAULT_PRICE_PER_GPU_HOUR", "LLAMA3_GPU_MTBF_S"]
 
 # DeepSeek-V3 technical report (arXiv 2412.19437, §1): "assuming the rental price of the H800 GPU
 # is $2 per GPU hour". A stated assumption of that report, not a market quote: pass your own.
@@ -70,6 +70,24 @@ def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, 
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value!r}")
     return n, d, "given", 2.0 * n * inf
+
+
+def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S
+                   ) -> tuple[float, float, float, float, float]:
+    """Chapter 12's stage of the plan: (checkpoint bytes, blocking save s, job MTBF s, Young's
+    interval s, goodput) for a sharded checkpoint of 14 bytes per parameter written by every rank.
+    It depends on the model size and the GPU count only, not on the layout."""
+    n, n_gpus = positive("n_params", n_params), positive_int("n_gpus", n_gpus)
+    ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
+    save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
+    mtbf = faults.cluster_mtbf(positive("gpu_mtbf_seconds", gpu_mtbf_seconds), n_gpus)
+    interval = faults.optimal_checkpoint_interval(save, mtbf)
+    good = faults.goodput(interval, save, _RESTART_S, mtbf)
+    if good <= 0:
+        raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
+                         f"than a restart and half a checkpoint period take: no training progresses. "
+                         f"Use fewer GPUs or more reliable ones (gpu_mtbf_seconds)")
+    return ckpt, save, mtbf, interval, good
 
 
 def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usable: float,
@@ -153,15 +171,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     step_s = 6.0 * n * batch / (n_gpus * acc.peak("bf16") * used)
     gpu_hours = days * 24.0 * n_gpus
     # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
-    ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
-    save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
-    mtbf = faults.cluster_mtbf(positive("gpu_mtbf_seconds", gpu_mtbf_seconds), n_gpus)
-    interval = faults.optimal_checkpoint_interval(save, mtbf)
-    good = faults.goodput(interval, save, _RESTART_S, mtbf)
-    if good <= 0:
-        raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
-                         f"than a restart and half a checkpoint period take: no training progresses. "
-                         f"Use fewer GPUs or more reliable ones (gpu_mtbf_seconds)")
+    ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds)
     # chapter 3: what the loader must deliver
     tokens_per_s = batch / step_s
     bytes_per_token = token_dtype(positive_int("vocab_size", vocab_size)).itemsize
