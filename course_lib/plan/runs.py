@@ -1,11 +1,12 @@
 """Published pretraining runs as data, and the planner checked against them.
 
-Each ``Run`` holds what its report published (citations in ``source``; a model card or a blog is
-marked as such) and, in ``verified``, whether the figure was found in that source or in a faithful
-secondary account while this table was written, or is from memory of the paper and still to be
-checked. ``check_published`` runs ``plan`` on each run's own size, tokens, GPUs and MFU and sets the
-planner's GPU-hours (or days, FLOP, MFU) beside the published figure. The model is not tuned to the
-table: where the ratio leaves ±15 %, ``miss`` says which physical effect or convention explains it.
+Each ``Run`` holds what its report published (citations in ``source``; a model card, a blog or a
+training script is marked as such) and, in ``verified``, where each figure was found while this table
+was checked (2026-12), in the source itself, in a verbatim copy of it, or only in a secondary
+account, and what stays unverified. ``check_published`` runs ``plan`` on each run's own size,
+tokens, GPUs and MFU and sets the planner's GPU-hours (or days, FLOP) beside the published figure,
+and the layout the planner chooses beside the layout the run published. The model is not tuned to
+the table: where the ratio leaves ±15 %, ``miss`` says which physical effect or convention explains it.
 """
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from .planner import plan
 __all__ = ["Run", "RUNS", "TOLERANCE", "check_published"]
 
 TOLERANCE = 0.15
-LLAMA3_405B_MFU = (0.38 + 0.43) / 2     # arXiv 2407.21783 Table 4: 38-43 % BF16 MFU across its configurations
+LLAMA3_405B_MFU = (0.38 + 0.43) / 2     # arXiv 2407.21783 §3.3.2 and Table 4: 38-43 % BF16 MFU across its stages
+_CARD = "Llama 3.1 model card (meta-llama/llama-models, models/llama3_1/MODEL_CARD.md)"
+_L3_TABLE3 = "shape: arXiv 2407.21783 Table 3"
 
 
 @dataclass(frozen=True)
 class Run:
-    """One published run: size (the parameters a token uses, for 6ND), tokens, cluster, MFU, and
-    the one figure the planner is compared with (``unit``: gpu_hours, days, flops or mfu)."""
+    """One published run: size (the parameters a token uses, for 6ND), tokens, cluster, MFU, the
+    one figure the planner is compared with (``unit``: gpu_hours, days or flops) and, where the run
+    published one, its parallel ``layout`` (empty when none was published or none could be found)."""
 
     name: str
     n_params: float
@@ -38,96 +42,154 @@ class Run:
     verified: str
     miss: str = ""
     shape: dict = field(default_factory=dict)
+    layout: str = ""
 
 
 _LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20)
 RUNS: tuple[Run, ...] = (
     Run("Llama 3 8B", 8.03e9, 15e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from the 405B (none published)",
-        1.46e6, "gpu_hours", "Llama 3.1 model card (GPU-hours, 15T+ tokens); shape arXiv 2407.21783 Table 3",
-        "GPU-hours: model card table as reproduced by several mirrors; GPU count not published (2,048 assumed; "
-        "at a given MFU the GPU-hours do not depend on it)",
+        1.46e6, "gpu_hours", f"{_CARD}: GPU-hours and tokens (a model card, not the paper); {_L3_TABLE3}",
+        "1.46M GPU-hours on H100-80GB and '15T+' tokens read in the card itself (its 'Training Time (GPU "
+        "hours)' table, defined there as the total GPU time for training each model); layers, width and heads "
+        "in copies of the paper's Table 3. Not published, so not verifiable: the GPU count (2,048 assumed; at "
+        "a given MFU the GPU-hours do not depend on it), the MFU and the layout. The 8.03B count is the "
+        "released checkpoint's, not re-verified here (the card says 8B).",
         "The card's hours imply an MFU of ~14 %: a small model on a large cluster has small matmuls per GPU "
         "and exposed communication, and the card's cumulative total is not broken down (ablations, "
         "long-context stage, restarts may be inside it); public figures cannot separate the two.",
         dict(n_layers=32, d_model=4096, n_heads=32, kv_heads=8, **_LLAMA_SHAPE)),
     Run("Llama 3 70B", 70.6e9, 15e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from the 405B (none published)",
-        7.0e6, "gpu_hours", "Llama 3.1 model card (GPU-hours); shape arXiv 2407.21783 Table 3",
-        "GPU-hours: model card as reproduced by mirrors; GPU count not published (2,048 assumed)",
+        7.0e6, "gpu_hours", f"{_CARD}: GPU-hours and tokens (a model card); {_L3_TABLE3}",
+        "7.0M GPU-hours and '15T+' tokens read in the card itself; shape in copies of the paper's Table 3. "
+        "GPU count (2,048 assumed), MFU and layout not published; 70.6B is the checkpoint's count, not "
+        "re-verified here.",
         "Implied MFU ~25 %, below the 405B's 38-43 %: the same two suspects as the 8B (lower MFU of a "
         "smaller model, a cumulative total that includes more than the main run).",
         dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, **_LLAMA_SHAPE)),
-    Run("Llama 3 405B", 405e9, 15.6e12, "H100-SXM", 16384, LLAMA3_405B_MFU, "published 38-43 %, midpoint",
-        30.84e6, "gpu_hours", "Llama 3.1 model card (GPU-hours); arXiv 2407.21783 §3.3 (16K H100, MFU, tokens)",
-        "GPU-hours: model card (mirrors); 16,384 GPUs and MFU 38-43 %: arXiv 2407.21783 as used in chapters 11-12",
+    Run("Llama 3 405B", 405e9, 15.6e12, "H100-SXM", 16384, LLAMA3_405B_MFU, "published 38-43 % (Table 4), midpoint",
+        30.84e6, "gpu_hours", f"{_CARD}: GPU-hours (a model card); arXiv 2407.21783 §3.3.2 and Table 4 "
+        f"(GPUs, layout, MFU), 15.6T tokens; {_L3_TABLE3}",
+        "30.84M GPU-hours read in the card itself. In verbatim copies of the paper: Table 4 (8,192 GPUs at "
+        "TP 8, CP 1, PP 16, DP 64: 430 TFLOP/s, 43 %; 16,384 GPUs at TP 8, CP 1, PP 16, DP 128: 400 TFLOP/s, "
+        "41 %; the 131K stage at TP 8, CP 16, PP 16, DP 8: 380 TFLOP/s, 38 %; 16M tokens per batch), §3.3.2's "
+        "'38-43%' BF16 MFU. In summaries of the paper: 15.6T tokens, and the 466 interruptions in its 54-day "
+        "snapshot. The card's hours are not broken down by stage in either source.",
         "Within reach: the card's total also covers the long-context stage (lower MFU at 128K) and the "
         "466 interruptions of chapter 12.",
-        dict(n_layers=126, d_model=16384, n_heads=128, kv_heads=8, **_LLAMA_SHAPE)),
+        dict(n_layers=126, d_model=16384, n_heads=128, kv_heads=8, **_LLAMA_SHAPE),
+        "TP 8 · CP 1 · PP 16 · DP 128, FSDP (8K stage)"),
     Run("DeepSeek-V3", 37e9, 14.8e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from Llama 3 405B (none published)",
-        2.788e6, "gpu_hours", "arXiv 2412.19437 Table 1 (2.788M H800 GPU-hours in all, 2.664M of them pre-training)",
-        "verified in secondary accounts of the report (671B total, 37B active, 14.8T tokens, 2,048 H800, "
-        "2.788M hours, $2/GPU-hour); H800 modelled as an H100 SXM (same dense peak, slower NVLink)",
+        2.788e6, "gpu_hours", "arXiv 2412.19437 Table 1 (2.788M H800 GPU-hours in all, 2.664M of them "
+        "pre-training), §3.1 (cluster), §3.2 (layout), §4.2 (shape, batch)",
+        "In verbatim excerpts of the report: the abstract (671B total, 37B active per token, 14.8T tokens, "
+        "2.788M H800 GPU-hours), Table 1 (2,664K pre-training + 119K context extension + 5K post-training "
+        "= 2,788K hours at an assumed $2 per GPU-hour), §3.1 (2,048 H800, 8 per node, NVLink inside, "
+        "InfiniBand across), §3.2 (16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP, no TP), §4.2 (61 layers, "
+        "hidden 7168, 128 heads, 4K sequences, batch ramped from 3,072 to 15,360 sequences over the first "
+        "469B tokens). No MFU is published; the H800 is modelled as an H100 SXM (same dense peak, slower NVLink).",
         "A mixture of experts: 6ND counts the 37B parameters each token activates (with all 671B the "
         "planner would be ~18x too high). The published total also holds context extension and "
         "post-training (0.124M hours; against the 2.664M of pre-training alone the ratio is ~0.86), and the "
         "MFU is borrowed: FP8 matmuls and the MoE all-to-all move the real one both ways.",
-        dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096)),
-    Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.462, "published MFU (HFU 57.8 %)",
-        1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 and Table 3 (chip-hours: 1,200 h on 6,144 "
-        "TPU v4 plus 336 h on 3,072)", "verified in a secondary summary of the paper (hours, chips, 780B "
-        "tokens, 2527.2 zettaFLOP); 46.2 % MFU from the paper's abstract as quoted widely",
+        dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096),
+        "PP 16 · EP 64 · ZeRO-1 DP, no TP"),
+    Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published 45.7 % without attention (46.2 % with it, HFU 57.8 %)",
+        1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 (layout, chips, 1,200 h on 6,144 "
+        "TPU v4 plus 336 h on 3,072, 'including some downtime and repeated steps'), Appendix B (MFU), Table 1 (shape)",
+        "The hours, the 'downtime and repeated steps', and Appendix B's MFU sentence (45.7 % without "
+        "self-attention, 46.2 % with it, HFU 57.8 % with rematerialization) as quoted in a blog (Heim, "
+        "'Estimating PaLM's training cost'); the §4 layout (per pod 12-way model parallelism and 256-way "
+        "fully sharded data parallelism, two pods data-parallel, no pipeline) in verbatim copies of the "
+        "paper; 780B tokens, 2 x 3,072 chips and the batch ramp to 2,048 sequences of 2,048 tokens in a "
+        "summary of the paper. The 45.7 % is used because the planner counts 6N, without attention. The "
+        "shape (118 layers, width 18432, 48 heads, multi-query) and 540.35B are Table 1, not re-verified here.",
         "The published hours include downtime and repeated steps (PaLM rolled back ~20 times around loss "
-        "spikes, chapter 6) and the early small-batch phase; the 46.2 % is a steady-state figure.",
+        "spikes, chapter 6) and the early small-batch phase; the 45.7 % is a steady-state figure.",
         dict(n_layers=118, d_model=18432, n_heads=48, kv_heads=1, seq_len=2048, global_batch_tokens=2048 * 2048,
-             gpus_per_node=4)),
+             gpus_per_node=4),
+        "MP 12 · PP 1 · DP 256 (FSDP) per pod, x2 pods"),
     Run("MegaScale 175B", 175e9, 300e9, "A100", 12288, 0.552, "published MFU",
-        1.75, "days", "arXiv 2402.15627 (55.2 % MFU on 12,288 GPUs; a GPT-3-sized 175B model on 300B tokens "
-        "in 1.75 days)", "55.2 % and 12,288 GPUs verified in the abstract; the 1.75 days and Ampere GPUs (a "
-        "Hopper cluster was still being built) from a news account of the paper; batch of 6,144 sequences "
-        "not verified here",
+        1.75, "days", "arXiv 2402.15627 abstract (55.2 % MFU on 12,288 GPUs, a 175B model); the 1.75 days "
+        "for 300B tokens from news accounts of the paper",
+        "55.2 % MFU, 12,288 GPUs and the 175B model read in the abstract (as shown on Hugging Face's papers "
+        "page and ByteDance's veScale page). Not found in any source reachable here, so not verified: the 1.75 days (two "
+        "news accounts, QbitAI and AIBase, attribute it to the paper as a GPT-3-sized model on a 12,288-GPU "
+        "cluster), the GPU generation (the same QbitAI account and a paper summary say Ampere, A100/A800, "
+        "with a Hopper cluster still being built; modelled as A100, same dense peak as the A800), the "
+        "6,144-sequence batch and the parallel layout.",
         "Within reach at the published MFU. The planner's own MFU estimate is lower: MegaScale's 55.2 % is "
         "what its overlap engineering (parallel transformer block, sliding-window attention, overlapped "
         "DP/PP communication) buys over the stock layout the planner models.",
         dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=6144 * 2048)),
-    Run("OPT-175B", 175e9, 180e9, "A100", 992, 147e12 / 312e12, "147 TFLOP/s per GPU (arXiv 2205.01068)",
-        None, None, "arXiv 2205.01068 §2.4 (992 80GB A100, up to 147 TFLOP/s per GPU, ~180B tokens)",
-        "GPUs, TFLOP/s and tokens verified in a secondary summary; the paper gives no total GPU-hours "
-        "(a talk's ~56 days with ~50 restarts is not in the paper: not used)",
-        "", dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=1024 * 2048)),
-    Run("BLOOM-176B", 176.2e9, 366e9, "A100", 384, 156e12 / 312e12, "156 TFLOP/s per GPU (GENCI / BigScience blog)",
-        1_082_990, "gpu_hours", "arXiv 2211.05100 (384 A100 80GB, 366B tokens, 1,082,990 compute hours)",
-        "hours, GPUs, tokens and 156 TFLOP/s verified on GENCI's and BigScience's pages (blog figures)",
-        "The 156 TFLOP/s is Megatron-DeepSpeed's own count, which includes the recomputed forward when "
-        "activation checkpointing is on (8N, not 6N: x3/4 for MFU; not verified here for BLOOM); the "
-        "3.5 months also held restarts.",
-        dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048)),
-    Run("Megatron-LM 1T", 1008e9, 450e9, "A100", 3072, 163e12 / 312e12, "163 TFLOP/s per GPU, 52 % of peak",
-        84, "days", "arXiv 2104.04473 Table 1 and §5.1 (an estimate for 450B tokens, not a completed run)",
-        "from the paper's text as the course cites it in chapter 11; not re-verified here",
+    Run("OPT-175B", 175e9, 180e9, "A100", 992, 147e12 / 312e12, "up to 147 TFLOP/s per GPU (§2.4)",
+        None, None, "arXiv 2205.01068 §2.4 (992 80GB A100, FSDP with Megatron-LM TP, up to 147 TFLOP/s per "
+        "GPU), §2.3 (~180B tokens), Table 1 (shape, 2M-token batch)",
+        "§2.3 and §2.4 read in a verbatim copy of the paper (992 80GB A100, Fully Sharded Data Parallel "
+        "with Megatron-LM tensor parallelism, 'up to 147 TFLOP/s per GPU', 'roughly 180B tokens', at least "
+        "35 manual restarts over 2 months); Table 1's shape and batch in a summary of the paper. The paper "
+        "states neither the TP degree nor a total GPU-hours figure (a talk's ~56 days is not in it: not "
+        "used), nor how the 147 TFLOP/s are counted.",
+        "", dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=1024 * 2048),
+        "FSDP + Megatron TP (degree not stated)"),
+    Run("BLOOM-176B", 176.2e9, 366e9, "A100", 384, 156e12 / 312e12, "156 TFLOP/s per GPU (GENCI, a blog figure)",
+        1_082_990, "gpu_hours", "arXiv 2211.05100 (384 A100 80GB, 366B tokens, 1,082,990 compute hours); "
+        "GENCI's news page (156 TFLOP/s, a blog figure); BigScience's training script tr11-176B-ml.slurm (layout)",
+        "1,082,990 hours, 48 nodes, 3.5 months and 156 TFLOP/s ('50% of FP32/BF16 peak') read on GENCI's "
+        "page; 384 A100 80GB, 366B tokens, 1,082,990 hours and the shape in summaries of the paper. The layout "
+        "read in BigScience's own script (bigscience-workshop/bigscience, train/tr11-176B-ml/tr11-176B-ml.slurm): "
+        "48 nodes x 8 GPUs, TP 4, PP 12 (so DP 8), micro-batch 2, global batch 2,048 x 2,048 tokens after a "
+        "ramp-up, --checkpoint-activations, DeepSpeed ZeRO stage 0 with a BF16 optimizer that implements its "
+        "own ZeRO-1. Not found in the paper itself here: the 156 TFLOP/s.",
+        "The 156 TFLOP/s is Megatron-DeepSpeed's count, which includes the recomputed forward when "
+        "activation checkpointing is on (BigScience's throughput formula multiplies by 4, not 3, then; the "
+        "training script turns checkpointing on): 8N, not 6N, so x3/4 for MFU. The 3.5 months also held restarts.",
+        dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048),
+        "TP 4 · PP 12 · DP 8, ZeRO-1"),
+    Run("Megatron-LM 1T", 1008e9, 450e9, "A100", 3072, 163e12 / 312e12, "163 TFLOP/s per GPU, 52 % of peak (Table 1)",
+        84, "days", "arXiv 2104.04473 Table 1 (shape, layout, throughput) and §5.1 (the 84-day estimate for "
+        "450B tokens, not a completed run)",
+        "§5.1's training-time paragraph read verbatim as quoted in BigScience's notes ('we assume that 450 "
+        "billion tokens are needed ... 3072 A100 GPUs ... 163 teraFLOP/s ... 84 days', from 8TP/(nX)); "
+        "Table 1's 1T row in a copy of the table (1008.0B, 160 heads, width 25600, 128 layers, TP 8, PP 64, "
+        "3,072 GPUs, batch 3,072, 163 TFLOP/s, 52 %, 502 PFLOP/s); 8 x 200 Gb/s InfiniBand per node in a "
+        "summary of §5. An estimate from measured throughput, not a finished training run.",
         "Megatron-LM counts the recomputed forward (its estimate is 8TP/(nX), not 6TP/(nX)) and the "
         "attention and logit FLOPs in its 163 TFLOP/s: in 6N terms the MFU is ~3/4 of 52 %.",
         dict(n_layers=128, d_model=25600, n_heads=160, seq_len=2048, global_batch_tokens=3072 * 2048,
-             nic_bits_per_s=200e9)),
-    Run("GPT-3 175B", 175e9, 300e9, None, None, None, "", 3.14e23, "flops",
-        "arXiv 2005.14165 Table D.1 (3.64e3 PF-days = 3.14e23 FLOP)", "not re-verified here; cluster not published"),
+             nic_bits_per_s=200e9),
+        "TP 8 · PP 64 · DP 6"),
+    Run("GPT-3 175B", 174.6e9, 300e9, None, None, None, "", 3.14e23, "flops",
+        "arXiv 2005.14165 Table D.1 (174,600M parameters, 300B tokens, 3.64e3 PF-days = 3.14e23 FLOP)",
+        "Table D.1's GPT-3 175B row read in a full translation of the paper and in a reading note (3.64E+03 "
+        "PF-days, 3.14E+23 FLOP, 174,600M parameters, 300B tokens, 6 FLOP per parameter per token); the "
+        "parameter count is that row's 174.6B, not the rounded 175B. Cluster and training time not published."),
     Run("Chinchilla 70B", 70e9, 1.4e12, None, None, None, "", 5.76e23, "flops",
-        "arXiv 2203.15556 (trained with Gopher's budget, 5.76e23 FLOP)", "not re-verified here; the figure is "
-        "the paper's Table 3 budget for 67B, quoted as Gopher's"),
+        "arXiv 2203.15556 §4 and Figure 2 caption (Gopher's budget, 5.76e23 FLOP, which Chinchilla was "
+        "trained with); the same figure is Table 3's row for 67B",
+        "Read in a study note that excerpts the paper (read against the v1 PDF): 5.76e23 FLOP is Gopher's "
+        "compute budget (Fig. 2 caption), Chinchilla is 70B on 1.4T tokens at that budget (§4), and Table 3 "
+        "lists 5.76e23 for 67B parameters on 1.5T tokens. FLOPs there include the embeddings (App. F); the "
+        "ratio is 6ND over the budget, not over a measured count. Cluster not published."),
 )
 
 
 def check_published(runs: tuple[Run, ...] = RUNS) -> list[dict]:
     """Per run: the planner's figure on the run's own size, tokens, GPUs and MFU, the published
-    figure, their ratio, whether it is within ±``TOLERANCE``, the explanation of a miss, and the
-    layout planner's own MFU estimate for the run's cluster next to the MFU used."""
+    figure, their ratio, whether it is within ±``TOLERANCE``, the explanation of a miss, the layout
+    planner's own MFU estimate next to the MFU used, and the planner's own layout (``own_layout``,
+    with its ZeRO stage) next to the ``layout`` the run published. The layout the planner chooses
+    does not depend on the MFU given, so one ``plan`` call per run gives both."""
     rows = []
     for r in runs:
         row = {"name": r.name, "unit": r.unit, "published": r.published, "mfu": r.mfu,
-               "mfu_source": r.mfu_source, "own_mfu": None, "source": r.source}
+               "mfu_source": r.mfu_source, "own_mfu": None, "source": r.source,
+               "layout": r.layout, "own_layout": None}
         if r.unit == "flops":
             row["planned"] = flops.training_flops(r.n_params, r.n_tokens)
         else:
             p = plan(n_params=r.n_params, n_tokens=r.n_tokens, gpu=r.gpu, n_gpus=r.n_gpus, mfu=r.mfu, **r.shape)
             row["own_mfu"] = p.mfu_estimate
+            row["own_layout"] = f"{p.layout_shape}, ZeRO-{p.zero_stage}"
             row["planned"] = {"gpu_hours": p.gpu_hours, "days": p.days, "mfu": p.mfu_estimate, None: p.days}[r.unit]
             row["planned_days"] = p.days
         row["ratio"] = None if r.published is None else row["planned"] / r.published
