@@ -101,11 +101,12 @@ def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usab
                           f"use more GPUs, a GPU with more HBM, a shorter seq_len or a larger "
                           f"usable_fraction")
     seqs = batch / seq
-    return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequences "
-                      f"per step cannot give every data-parallel replica a sequence: with TP = "
-                      f"{g} inside a node and no CP it feeds at most {int(seqs * g)} GPUs. Raise "
-                      f"global_batch_tokens to {n_gpus / g * seq:g} (one sequence per TP-{g} replica) or "
-                      f"use fewer GPUs")
+    cp = max(c for c in (2 ** i for i in range(8)) if seq % c == 0)     # the layout planner's CP limit
+    need = math.ceil(n_gpus / (g * cp))
+    return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequence"
+                      f"{'' if seqs == 1 else 's'} per step cannot give every data-parallel replica a sequence: one sequence feeds at "
+                      f"most TP {g} (a node) × CP {cp} = {g * cp} GPUs, so {n_gpus} GPUs need {need}. Raise "
+                      f"global_batch_tokens to {need * seq:g} or use fewer GPUs")
 
 
 def _caveats(dtype: str, microbatches: int, dp: int, gpu: str) -> tuple[str, ...]:
