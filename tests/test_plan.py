@@ -101,8 +101,11 @@ def test_a_plan_that_does_not_fit_says_how_many_gpus_it_needs():
 def test_a_batch_below_the_floor_says_what_batch_would_do():
     with pytest.raises(ValueError, match=r"^global_batch_tokens=8192: batch below the floor") as err:
         plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, seq_len=8192, global_batch_tokens=8192)
-    assert "Raise global_batch_tokens to 4.1943e+06 (one sequence per TP-8 replica)" in str(err.value)
-    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, global_batch_tokens=4096 / 8 * 8192).dp >= 1
+    assert "× CP 128 = 1024 GPUs, so 4096 GPUs need 4. Raise global_batch_tokens to 32768" in str(err.value)
+    # the suggestion is the least batch that plans: one sequence less is still refused
+    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, global_batch_tokens=4 * 8192).dp >= 1
+    with pytest.raises(ValueError, match="need 4"):
+        plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, global_batch_tokens=3 * 8192)
 
 
 def test_cli_prints_the_rendered_plan(capsys):
