@@ -93,7 +93,7 @@ RUNS: tuple[Run, ...] = (
         "MFU is borrowed: FP8 matmuls and the MoE all-to-all move the real one both ways.",
         dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096),
         "PP 16 · EP 64 · ZeRO-1 DP, no TP"),
-    Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published 45.7 % without attention (46.2 % with it, HFU 57.8 %)",
+    Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published, without attention (46.2 % with it, HFU 57.8 %)",
         1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 (layout, chips, 1,200 h on 6,144 "
         "TPU v4 plus 336 h on 3,072, 'including some downtime and repeated steps'), Appendix B (MFU), Table 1 (shape)",
         "The hours, the 'downtime and repeated steps', and Appendix B's MFU sentence (45.7 % without "
