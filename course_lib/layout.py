@@ -276,9 +276,10 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
     want = (tp, cp, pp, dp, v, zero, mode)
     if want not in set(_candidates(job, (mode,))):
-        raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP must divide the "
-                         f"heads and the node, CP the sequence, and each pipeline needs m >= PP "
-                         f"microbatches (a multiple of PP when interleaved)")
+        raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP, CP and PP are powers "
+                         f"of two (the degrees the planner searches), TP must divide the heads and the node, "
+                         f"CP the sequence, and each pipeline needs m >= PP microbatches (a multiple of PP "
+                         f"when interleaved)")
     return _evaluate(job, *want)
 
 

@@ -108,3 +108,11 @@ def test_value_questions_and_their_mistakes():
     assert 0 < hours < 0.02 * 24 * forty_one.days          # at 1,024 GPUs failures cost under 2 %
     assert "not free" in Q["failure_hours_41"].grade(0).message
     assert "days" in Q["failure_hours_41"].grade(hours / 24).message
+
+
+def test_a_layout_off_the_searched_degrees_is_refused_by_name():
+    """BLOOM's published PP 12 obeys every other rule; the planner searches powers of two only."""
+    from course_lib.layout import estimate
+    with pytest.raises(ValueError, match="powers of two"):
+        estimate(4, 1, 12, 8, n_params=176e9, n_layers=70, d_model=14336, n_heads=112, seq_len=2048,
+                 global_batch_tokens=2048 * 2048, gpu="A100")
