@@ -12,6 +12,7 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import re
 import sys
 
@@ -150,5 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _run() -> int:
+    """``main()`` for the command line: output piped into a reader that stops early (``| head``)
+    ends the program quietly, as Unix tools do, instead of with a BrokenPipeError traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

@@ -345,6 +345,16 @@ def test_cli_end_to_end_exit_code_and_no_traceback():
     assert bad.returncode == 2 and "error: argument --p" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_cli_output_piped_into_a_reader_that_stops_early_ends_quietly():
+    """`python -m course_lib plan ... | head -1`: the reader closes the pipe after one line."""
+    proc = subprocess.Popen([sys.executable, "-m", "course_lib", "plan", "--n-params", "70e9", "--n-tokens", "15e12",
+                             "--n-gpus", "2048"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    first = proc.stdout.read(20)      # the first bytes of the first line, then hang up before the rest
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and first.startswith(b"[ch02") and "Traceback" not in err, err
+
+
 def test_calculator_decorator_names_the_culprit_and_keeps_the_signature():
     from course_lib._validate import calculator
 
