@@ -6,17 +6,51 @@ a loss-fit constant or a limit a second time: Python and the browser share one s
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 
-from . import distill, flops, hardware, scaling
+from . import distill, flops, hardware, layout, network, scaling
 from ._validate import MAX_INT
+from .data.tokenize import token_dtype
+from .plan import planner
 
 __all__ = ["calculator_data", "calculator_data_js"]
 
 
+def _defaults(fn) -> dict:
+    """A function's numeric defaults, each as Python's ``repr`` so the page tells an int from a
+    float (an error message that names a default shows ``400000000000.0``, not ``400000000000``)."""
+    return {k: repr(p.default) for k, p in inspect.signature(fn).parameters.items()
+            if isinstance(p.default, (int, float)) and not isinstance(p.default, bool)}
+
+
+def _plan_data() -> dict:
+    """What calculators_plan.js needs of the planner, the layout search and the network model."""
+    net = {f.name: f.default for f in dataclasses.fields(network.Network) if f.name.endswith("_latency")}
+    plan_defaults = _defaults(planner.plan)
+    return {
+        "hardware": {name: {"hbm_bytes": acc.hbm_bytes, "link_bandwidth": acc.link_bandwidth}
+                     for name, acc in hardware.ACCELERATORS.items()},
+        "plan_defaults": plan_defaults,
+        "layout_defaults": _defaults(layout.layout),
+        "flash_attention": inspect.signature(layout.layout).parameters["flash_attention"].default,
+        "network_latency": net,
+        "pow2": list(layout._POW2),
+        "interleave": [1, 2, 4, 8],          # layout._candidates's chunks per rank (typed there inline)
+        "max_layers": 10 ** 5,               # layout._job's bound on n_layers (typed there inline)
+        "zero_passes": {str(k): list(v) for k, v in layout.comm._PASSES.items()},
+        "head_dim": planner._HEAD_DIM,
+        "writer_bandwidth": planner._WRITER_BW,
+        "storage_bandwidth": planner._STORAGE_BW,
+        "restart_seconds": planner._RESTART_S,
+        "checkpoint_bytes_per_param": planner._CKPT_BYTES_PER_PARAM,
+        "bytes_per_token": token_dtype(int(plan_defaults["vocab_size"])).itemsize,
+    }
+
+
 def calculator_data() -> dict:
-    """Plain-JSON constants for the six chapter calculators (peaks, aliases, fits, limits)."""
+    """Plain-JSON constants for the chapter calculators (peaks, aliases, fits, limits, planner)."""
     return {
         "accelerators": {name: dict(acc.peak_flops) for name, acc in hardware.ACCELERATORS.items()},
         "aliases": dict(hardware.ALIASES),
@@ -29,6 +63,7 @@ def calculator_data() -> dict:
         "assumed_gpu_hour_price": distill.ASSUMED_GPU_HOUR_PRICE,
         "cache_read_multiplier": inspect.signature(distill.distillation_cost).parameters["cache_read_multiplier"].default,
         "max_int": MAX_INT,
+        "plan": _plan_data(),
     }
 
 

@@ -26,10 +26,12 @@ import pytest
 from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
 
 from course_lib import distill, flops, hardware, memory, pipeline, scaling
+from course_lib.plan import planner
 from course_lib.site_data import calculator_data
 
 REL = 1e-9
 SCRIPT = Path(__file__).resolve().parents[1] / "book" / "_static" / "calculators.js"
+PLAN_SCRIPT = SCRIPT.with_name("calculators_plan.js")    # chapter 13's planner, registered into SCRIPT
 # How a text field is read, by the page and here alike: an integer literal is an int, another
 # float literal a float, anything else (the empty string included) the string itself.
 INT_RE = re.compile(r"^[+-]?\d+$")
@@ -45,7 +47,21 @@ def py_value(text: str) -> object:
     return t
 
 
-# calculator -> (page, the course_lib call behind it: field values -> {output key: number})
+# The planner's outputs on the page (strings compared exactly, numbers to REL); its mfu field
+# reads empty or "auto" as mfu=None, the layout planner's own estimate.
+PLAN_OUTPUTS = ("layout_shape", "zero_stage", "recompute", "microbatches", "memory_bytes", "usable_bytes", "mfu",
+                "mfu_estimate", "step_s", "days", "gpu_hours", "cost", "checkpoint_interval_s", "goodput",
+                "wall_days", "loader_tokens_per_s")
+AUTO = ("", "auto")
+EMPTY_OK = {"plan": {"mfu"}}    # fields where an empty entry is valid (it means "auto")
+
+
+def _plan(v: dict[str, Any]) -> dict[str, Any]:
+    r = planner.plan(**{k: x for k, x in v.items() if k != "mfu"}, mfu=None if v["mfu"] in AUTO else v["mfu"])
+    return {k: getattr(r, k) for k in PLAN_OUTPUTS}
+
+
+# calculator -> (page, the course_lib call behind it: field values -> {output key: number or string})
 CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]] = {
     "training_days": ("book/01_flops", lambda v: {
         "flops": flops.training_flops(v["n_params"], v["n_tokens"]),
@@ -64,6 +80,7 @@ CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]]
     "api_cost": ("book/09_distill", lambda v: {
         "dollars": distill.api_cost(v["output_tokens"], v["price_out_per_mtok"], v["input_tokens"],
                                     v["price_in_per_mtok"], v["batch_discount"])}),
+    "plan": ("book/13_plan", _plan),
 }
 
 # Values per field for the grid (a sample of their product); selects take their option values.
@@ -85,7 +102,14 @@ GRIDS: dict[str, dict[str, list[str]]] = {
     "api_cost": {"output_tokens": ["1", "1e9", "1e12"], "price_out_per_mtok": ["0.5", "25", "75"],
                  "input_tokens": ["0", "2e11", "1e13"], "price_in_per_mtok": ["0", "5", "15"],
                  "batch_discount": ["0", "0.5", "0.99", "1"]},
+    # 8B to 405B on 64 to 16,384 GPUs of every type; some points do not fit or starve the batch floor
+    "plan": {"n_params": ["8e9", "34e9", "70e9", "405e9"], "n_tokens": ["2e12", "15.6e12"],
+             "gpu": list(hardware.ACCELERATORS), "n_gpus": ["64", "1024", "2048", "16384"],
+             "gpus_per_node": ["8", "4", "72"], "seq_len": ["4096", "8192", "131072"],
+             "global_batch_tokens": ["4194304", "16777216", "65536"], "mfu": ["auto", "", "0.45", "0.38"],
+             "price_per_gpu_hour": ["2.0", "3.5"]},
 }
+SAMPLE = {"plan": 200}    # grid points driven per calculator (default 600): each plan is a layout search
 # Typed into one field at a time (the others at their defaults). The first five are the issue's.
 BAD = ["0", "-1", "", "abc", "NaN", "nan", "inf", "-inf", "1e400", "2.5", "-0.0", "45", "0.0", "1e20",
        " 8 ", "1_000", "1" + "0" * 400, "'quoted'", "9007199254740993", "1e-320",
@@ -103,6 +127,12 @@ EXTREME: dict[str, list[dict[str, str]]] = {
                 {"teacher_params": "1e300", "teacher_tokens": "1e300"},
                 {"teacher_params": "1e-300", "teacher_tokens": "1e-300"},
                 {"price_out_per_mtok": "5e-324", "price_in_per_mtok": "0"}],
+    # overflows (in plan, in training_days, in layout), a model too wide for the layout's bounds,
+    # and the three impossible plans: does not fit, batch below the floor, failures too frequent
+    "plan": [{"n_tokens": "1e300", "price_per_gpu_hour": "1e300"}, {"mfu": "1e-320"}, {"n_params": "1e307"},
+             {"global_batch_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"}, {"n_params": "1e21"},
+             {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
+             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
 }
 # Extreme inputs that still compute: the page must agree here too.
 EXTREME_OK: dict[str, list[dict[str, str]]] = {
@@ -112,6 +142,8 @@ EXTREME_OK: dict[str, list[dict[str, str]]] = {
     "bubble": [{"p": "9007199254740992", "m": "9007199254740992", "v": "9007199254740992"}],
     "api_cost": [{"price_out_per_mtok": "5e-324"}],
     "distill": [{"visible_tokens": "1e-300"}],
+    "plan": [{"n_params": "1", "n_tokens": "1", "n_gpus": "1", "seq_len": "1", "global_batch_tokens": "1"},
+             {"mfu": "1e-300"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"}],
 }
 
 # Fill the named fields (the rest keep their defaults), fire one `input` event, read the result.
@@ -180,6 +212,9 @@ def _check(page: Any, name: str, cases: list[dict[str, str]]) -> int:
         assert not got["error"], f"{where}: page says {got['error']!r}, Python returns {want}"
         assert set(got["out"]) == set(want), where
         for key, value in want.items():
+            if isinstance(value, str):
+                assert got["out"][key] == value, f"{where}: {key} {got['out'][key]!r} != {value!r}"
+                continue
             js = float(got["out"][key])
             assert math.isclose(js, value, rel_tol=REL, abs_tol=0.0), f"{where}: {key} {js!r} != {value!r}"
     return errors
@@ -190,8 +225,8 @@ def test_calculator_agrees_with_course_lib_on_a_grid(pages: Callable[[str], Any]
     page = pages(CALCULATORS[name][0])
     grid = GRIDS[name]
     combos = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    if len(combos) > 600:
-        combos = random.Random(0).sample(combos, 600)
+    if len(combos) > SAMPLE.get(name, 600):
+        combos = random.Random(0).sample(combos, SAMPLE.get(name, 600))
     errors = _check(page, name, combos)
     assert errors < len(combos), f"{name}: every grid point failed"
     assert _check(page, name, [{}]) == 0, f"{name}: the defaults do not compute"
@@ -207,6 +242,8 @@ def test_bad_input_shows_the_python_message(pages: Callable[[str], Any], name: s
         cases = [{field: bad} for bad in BAD]
         _check(page, name, cases)
         for bad in ("", "abc", "NaN", "-1"):   # these are wrong for every field of every calculator
+            if bad == "" and field in EMPTY_OK.get(name, ()):
+                continue
             got = page.evaluate(DRIVE, [name, [{field: bad}]])[0]
             assert got["error"].startswith(field + " "), f"{name}.{field}={bad!r}: {got['error']!r}"
     assert _check(page, name, EXTREME[name]) == len(EXTREME[name]), f"{name}: an extreme input computed"
@@ -230,13 +267,18 @@ def test_constants_come_from_course_lib(pages: Callable[[str], Any], html_dir: P
     in_page = pages("book/01_flops").evaluate("() => window.COURSE_CALC_DATA")
     assert in_page == json.loads(json.dumps(calculator_data()))
     assert (html_dir / "_static" / "calculators.js").read_bytes() == SCRIPT.read_bytes()
+    assert (html_dir / "_static" / "calculators_plan.js").read_bytes() == PLAN_SCRIPT.read_bytes()
 
 
 def test_script_types_no_constant() -> None:
     """No browser or build needed: calculators.js takes every course_lib constant from the data."""
-    script = SCRIPT.read_text(encoding="utf-8")
+    script = SCRIPT.read_text(encoding="utf-8") + PLAN_SCRIPT.read_text(encoding="utf-8")
     for typed in ("989", "406.4", "410.7", "0.34", "1.69", "86400", "86_400", "9007199254740992", "2 ** 53"):
-        assert typed not in script, f"calculators.js types the constant {typed}; take it from COURSE_CALC_DATA"
+        assert typed not in script, f"a calculator script types the constant {typed}; take it from COURSE_CALC_DATA"
+    # the planner's: checkpoint writers and storage, restart, MTBF, NICs, HBM, NCCL latencies, head size
+    for typed in ("2e9", "2e12", "600", "182437", "400e9", "128256", "80e9", "450e9", "8.4e-6", "3.4e-6", "14e-6",
+                  "128"):
+        assert not re.search(rf"(?<![\w.]){re.escape(typed)}(?![\w.])", script), f"a script types {typed}"
     assert "http:" not in script and "https:" not in script and "fetch(" not in script
     data = calculator_data()
     assert json.loads(json.dumps(data)) == data, "the data must be plain JSON"

@@ -2,7 +2,8 @@
 
 Every page loads ``_static/calculators_data.js`` (the constants, generated here from
 ``course_lib.site_data`` at build time, so JavaScript and Python share one source) and then
-``_static/calculators.js`` (the formulas and input checks, from ``book/_static``). A page opts in
+``_static/calculators.js`` (the formulas and input checks, from ``book/_static``), then
+``_static/calculators_plan.js`` (chapter 13's planner, which registers itself there). A page opts in
 with an empty ``<div class="course-calc" data-calc="...">`` in a ``{raw} html`` block; the script
 fills it with labelled inputs and outputs. Without JavaScript the div shows its fallback text and
 the chapter's static table still carries the numbers.
@@ -30,5 +31,6 @@ def _write_data(app: Sphinx, exception: Exception | None) -> None:
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file(DATA_FILE)
     app.add_js_file("calculators.js")
+    app.add_js_file("calculators_plan.js")    # registers chapter 13's planner with calculators.js
     app.connect("build-finished", _write_data, priority=400)   # before course_offline's checks (500)
     return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}

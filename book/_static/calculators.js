@@ -16,6 +16,7 @@
   function CalcError(message) { this.message = message; }
   function fail(message) { throw new CalcError(message); }
   function ZeroDivision() {}
+  function Overflow(message) { this.message = message; }    // Python's OverflowError, with its text
 
   // ------------------------------------------------------------ Python's repr of what was typed
   function pad2(n) { return n < 10 ? "0" + n : String(n); }
@@ -157,6 +158,9 @@
       if (e instanceof ZeroDivision)
         fail("inputs out of range: " + culprits(args, true) +
              " (too large or too small for float arithmetic: float division by zero)");
+      if (e instanceof Overflow)
+        fail("inputs out of range: " + culprits(args, false) + " (too large or too small for float arithmetic: " +
+             e.message + ")");
       throw e;
     }
     if ([].concat(result).some(function (x) { return !isFinite(x); }))
@@ -449,9 +453,25 @@
     update();
   }
 
+  var started = false;
   function start() {
+    started = true;
     Array.prototype.forEach.call(document.querySelectorAll("div.course-calc[data-calc]"), build);
   }
+
+  /* A second script (calculators_plan.js) adds its calculator here, reusing these checks. */
+  window.COURSE_CALC = {
+    register: function (name, spec) {
+      CALCULATORS[name] = spec;
+      if (started) Array.prototype.forEach.call(document.querySelectorAll('div.course-calc[data-calc="' + name + '"]'), build);
+    },
+    calculators: CALCULATORS,
+    lib: {CalcError: CalcError, fail: fail, ZeroDivision: ZeroDivision, Overflow: Overflow, parseField: parseField,
+          pyFloatRepr: pyFloatRepr, pyStrRepr: pyStrRepr, show: show, intRepr: intRepr, number: number,
+          positive: positive, positiveInt: positiveInt, utilisation: utilisation, choice: choice, peak: peak,
+          div: div, calculator: calculator, trainingFlops: trainingFlops, trainingDays: trainingDays, fmt: fmt,
+          sci: sci, text: text, select: select}
+  };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
 })();
