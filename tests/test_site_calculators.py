@@ -132,7 +132,8 @@ EXTREME: dict[str, list[dict[str, str]]] = {
     "plan": [{"n_tokens": "1e300", "price_per_gpu_hour": "1e300"}, {"mfu": "1e-320"}, {"n_params": "1e307"},
              {"global_batch_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"}, {"n_params": "1e21"},
              {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
-             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
+             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "16384"},
+             {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
 }
 # Extreme inputs that still compute: the page must agree here too.
 EXTREME_OK: dict[str, list[dict[str, str]]] = {
