@@ -345,7 +345,7 @@
       return [["layout_shape", "layout", r.layout_shape, str],
               ["zero_stage", "ZeRO stage", r.zero_stage, String],
               ["recompute", "recomputation", r.recompute, str],
-              ["microbatches", "microbatches per step m", r.microbatches, String],
+              ["microbatches", "microbatches per pipeline m", r.microbatches, String],
               ["memory_bytes", "memory per GPU", r.memory_bytes, gb],
               ["usable_bytes", "usable per GPU", r.usable_bytes, gb],
               ["mfu", "MFU used", r.mfu, pct],
