@@ -1,7 +1,8 @@
-"""The chapter pages' live calculators (book/_static/calculators.js) agree with course_lib.
+"""The chapter pages' live calculators (book/_static/calculators.js, and calculators_plan.js for
+chapter 13's planner) agree with course_lib.
 
-Chromium (the `browser` fixture of tests/test_site.py) opens each of the five chapter pages from
-the local server, types a grid of inputs into the calculator's fields, and reads what the page
+Chromium (the `browser` fixture of tests/test_site.py) opens each chapter page with a calculator
+from the local server, types a grid of inputs into the calculator's fields, and reads what the page
 shows: every number (the full-precision `data-value` of its <output>) must equal course_lib's own
 function to 1e-9 relative, and every bad input (0, -1, empty, "abc", NaN, overflow, ...) must show
 exactly the ValueError message Python raises for the same text. Also checked: the constants the
