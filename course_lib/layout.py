@@ -40,7 +40,9 @@ from .network import DGX_H100_NDR, Network
 
 __all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021"]
 
-_POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128
+_POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128: the TP, CP and PP degrees searched
+_INTERLEAVES = (1, 2, 4, 8)                # model chunks per pipeline rank searched
+_MAX_LAYERS = 10 ** 5
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
                 m = int(seqs // (dp * job.b))
                 if m < max(1, pp):                  # the batch floor: m >= pp per pipeline
                     continue
-                vs = [1] if pp == 1 else [v for v in (1, 2, 4, 8) if v * pp <= job.L and (v == 1 or m % pp == 0)]
+                vs = [1] if pp == 1 else [v for v in _INTERLEAVES if v * pp <= job.L and (v == 1 or m % pp == 0)]
                 for v in vs:
                     for zero in range(job.max_zero + 1):
                         for mode in recompute:
@@ -230,7 +232,7 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                          f"(seq_len={s})")
     acc = lookup("gpu", gpu)
     u = fraction("compute_mfu", compute_mfu)
-    return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=10 ** 5), h, a, s,
+    return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=_MAX_LAYERS), h, a, s,
                 tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
                 flag("flash_attention", flash_attention), acc.peak("bf16"), acc.peak("bf16") * u,
                 acc.link_bandwidth, network.gpus_per_node, network,

@@ -37,8 +37,8 @@ def _plan_data() -> dict:
         "flash_attention": inspect.signature(layout.layout).parameters["flash_attention"].default,
         "network_latency": net,
         "pow2": list(layout._POW2),
-        "interleave": [1, 2, 4, 8],          # layout._candidates's chunks per rank (typed there inline)
-        "max_layers": 10 ** 5,               # layout._job's bound on n_layers (typed there inline)
+        "interleave": list(layout._INTERLEAVES),
+        "max_layers": layout._MAX_LAYERS,
         "zero_passes": {str(k): list(v) for k, v in layout.comm._PASSES.items()},
         "head_dim": planner._HEAD_DIM,
         "writer_bandwidth": planner._WRITER_BW,

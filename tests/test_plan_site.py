@@ -1,8 +1,8 @@
 """Chapter 13's live planner (book/_static/calculators_plan.js) without a browser or a book build.
 
-What the page takes from course_lib.site_data must be what course_lib uses, including the two
-figures layout.py types inline (the interleave choices and the bound on n_layers), checked here by
-asking layout.py itself. Where Node.js is installed, the port also runs outside a browser against
+What the page takes from course_lib.site_data must be what course_lib uses, including the
+layout search's interleave choices and bound on n_layers, checked here by asking layout.py's
+search itself. Where Node.js is installed, the port also runs outside a browser against
 ``course_lib.plan.plan`` on a grid, the bad inputs and the extremes of tests/test_site_calculators.py
 (Chromium drives all of them on the built page there; this is a quick sample while editing).
 """
@@ -75,7 +75,7 @@ def _job(**kw):
 
 
 def test_inline_layout_figures_match_layout_py() -> None:
-    """site_data types layout.py's interleave choices and n_layers bound (layout.py has them inline)."""
+    """The interleave choices and the n_layers bound the page gets are the ones the search uses."""
     seen = {c[4] for c in layout._candidates(_job(), ("none",))}   # L = 64 and m = 64: every v allowed
     assert sorted(seen) == DATA["interleave"]
     _job(n_layers=DATA["max_layers"])

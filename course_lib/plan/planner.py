@@ -14,7 +14,7 @@ from .. import faults, flops, scaling
 from .._validate import calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
 from ..hardware import lookup
-from ..layout import layout
+from ..layout import _POW2, layout
 from ..numerics import format_info, stall_point
 from .result import Plan
 
@@ -101,7 +101,7 @@ def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usab
                           f"use more GPUs, a GPU with more HBM, a shorter seq_len or a larger "
                           f"usable_fraction")
     seqs = batch / seq
-    cp = max(c for c in (2 ** i for i in range(8)) if seq % c == 0)     # the layout planner's CP limit
+    cp = max(c for c in _POW2 if seq % c == 0)     # the largest CP degree the layout planner tries
     need = math.ceil(n_gpus / (g * cp))
     return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequence"
                       f"{'' if seqs == 1 else 's'} per step cannot give every data-parallel replica a sequence: one sequence feeds at "
