@@ -162,6 +162,20 @@ def test_instructor_build_has_no_solutions_and_no_dangling_links(tmp_path: Path)
 
 # --- figures --------------------------------------------------------------------------------------
 
+def test_the_course_map_lists_every_chapter_with_its_four_artefacts() -> None:
+    """The home page's course map grows with the TOC: a chapter added to book/_toc.yml without
+    its row (chapter, lab, solutions, student notebook) on book/index.md fails here."""
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text(encoding="utf-8"))
+    chapters = [c["file"].removeprefix("book/") for part in toc["parts"] if part["caption"] == "Chapters"
+                for c in part["chapters"]]
+    index = (ROOT / "book" / "index.md").read_text(encoding="utf-8")
+    for n, name in enumerate(chapters, start=1):
+        row = next((line for line in index.splitlines() if line.startswith(f"| {n} | ")), "")
+        for target in (f"({name}.md)", f"(../notebooks/{name}_lab.ipynb)", f"(../solutions/{name}.ipynb)",
+                       f"<../exercises/{name}.ipynb>"):
+            assert target in row, f"book/index.md: course map row {n} lacks {target}"
+
+
 def test_a_plot_is_described_by_its_own_code() -> None:
     code = ('fig, ax = plots.figure()\nax.plot(x, y, label="measured")\nax.plot(x, z, label=f"theory, n={n}")\n'
             'ax.set(xlabel="ranks $n$", ylabel="error", title="FP16 all-reduce")\nplt.show()')
