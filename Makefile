@@ -46,7 +46,7 @@ exercises: $(VENV_OK)
 # this machine reproduces fails here instead of on a reader's or an instructor's machine. (3) The
 # tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
 JOBS ?= 2
-XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: the book's tests come last
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: unit tests, the book's tests, notebooks (conftest)
 SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
 test: $(VENV_OK)
 	$(PY) -m pytest -q --durations=15 $(XDIST) -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions

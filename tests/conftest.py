@@ -126,8 +126,9 @@ def _build_book() -> BookBuild:
 
 # Test files that need the built book. Under pytest-xdist they run last, while the book is built
 # in the background from the start of the run (see pytest_sessionstart), so no worker sits waiting.
-BOOK_TEST_FILES = {"test_book.py", "test_site.py", "test_site_calculators.py", "test_site_static.py",
-                   "test_claims.py"}
+# the longest first, so it is not the last file left running on one worker while the other idles
+BOOK_TEST_FILES = ("test_site.py", "test_site_calculators.py", "test_book.py", "test_site_static.py",
+                   "test_claims.py")
 BOOK_JOB_ENV = "COURSE_BOOK_JOB"   # set by the xdist controller: where the background build reports
 
 
@@ -172,10 +173,19 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         job.wait()
 
 
+def _phase(item: pytest.Item) -> tuple[int, int]:
+    """Where an item runs: the unit tests first (the book builds meanwhile, ~4 min), then the
+    book's tests, then the notebooks, many short files that fill both workers to the end."""
+    path = Path(str(item.fspath))
+    if path.name in BOOK_TEST_FILES:
+        return 1, BOOK_TEST_FILES.index(path.name)
+    return (0 if path.suffix == ".py" else 2), 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The book's tests last (a stable sort, the same on every worker), so a parallel run reaches
-    them once the background build is done."""
-    items.sort(key=lambda item: Path(str(item.fspath)).name in BOOK_TEST_FILES)
+    """Order the session by ``_phase`` (a stable sort, the same on every worker), so a parallel
+    run reaches the book's tests once the background build is done and ends on short files."""
+    items.sort(key=_phase)
 
 
 def _wait_for_book_job(job: str) -> BookBuild:
