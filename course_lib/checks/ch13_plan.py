@@ -33,11 +33,13 @@ _PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.4, not 4
 
 
 def _implied_mfu() -> float:
-    return flops.training_flops(L8["n_params"], L8["n_tokens"]) / (L8["gpu_hours"] * 3600 * H100.peak("bf16"))
+    """Chapter 1's MFU at the card's throughput: its tokens over its GPU-seconds, per GPU."""
+    return flops.mfu(L8["n_params"], L8["n_tokens"] / (L8["gpu_hours"] * 3600), H100.name)
 
 
 def _moe_hours(n: float) -> float:
-    return flops.training_flops(n, DS["n_tokens"]) / (H100.peak("bf16") * DS["mfu"]) / 3600
+    """Chapter 1's training time on one GPU, in hours: GPU-hours at any GPU count."""
+    return flops.training_days(n, DS["n_tokens"], 1, DS["mfu"], H100.name) * 24
 
 
 def _failure_hours(p) -> float:
