@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import hardware, plots
 from .._validate import positive, positive_int
 from .planner import plan
+from .result import Plan
 from .runs import TOLERANCE
 
 __all__ = ["cluster_sweep", "sweep_figure", "ratio_figure", "plan_widget"]
@@ -71,4 +72,4 @@ def plan_widget(n_params: float = 70e9, n_tokens: float = 15e12, gpu: str = "H10
                           value=None, description="MFU"),
         "price_per_gpu_hour": w.FloatText(value=2.0, description="$/GPU-h"),
     }
-    return interactive(plan, controls, render=lambda p: p.render(), per_row=3)
+    return interactive(plan, controls, render=Plan.render, per_row=3)
