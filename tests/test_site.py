@@ -278,12 +278,23 @@ LAYOUT_REPORT = """() => {
         fits100 = probe.getBoundingClientRect().width <= pre.clientWidth;
         probe.remove();
     }
+    // Issue #34: a figure keeps its shape. Every decoded image in the article is drawn at the aspect
+    // ratio of its own pixels (within 2 %), whatever the column's width.
+    const squashed = [];
+    for (const img of article.querySelectorAll('img')) {
+        const r = img.getBoundingClientRect();
+        if (!img.naturalWidth || !img.naturalHeight || r.width < 2 || r.height < 2) continue;
+        const ratio = (r.width / r.height) / (img.naturalWidth / img.naturalHeight);
+        if (Math.abs(ratio - 1) > 0.02)
+            squashed.push(`${(img.getAttribute('src') || '').split('/').pop()}: drawn ${r.width.toFixed(0)}x` +
+                          `${r.height.toFixed(0)} px for ${img.naturalWidth}x${img.naturalHeight} (aspect x${ratio.toFixed(2)})`);
+    }
     const doc = document.documentElement;
     const copy = (document.querySelector('main') || document.body).cloneNode(true);
     copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
                           '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
     const text = copy.textContent;
-    return {clipped, fits100, pageOverflow: doc.scrollWidth - doc.clientWidth,
+    return {clipped, fits100, squashed, pageOverflow: doc.scrollWidth - doc.clientWidth,
             tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
             widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
 }"""
@@ -292,7 +303,8 @@ LAYOUT_REPORT = """() => {
 def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: Path,
                          page_visits: dict[str, Visit]) -> None:
     """Issue #21: nothing clipped at desktop and phone widths, a 100-column print fits the desktop
-    column, no widget repr, no raw TeX commands outside math."""
+    column, no widget repr, no raw TeX commands outside math; issue #34: every figure keeps its
+    aspect ratio (within 2 %) at both widths."""
     if not (html_dir / f"{site_page}.html").is_file():
         pytest.skip(f"no {site_page}.html in this build")
     layouts = _page_visit(page_visits, browser, site_url, site_page).layouts
@@ -300,6 +312,8 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
     for width in LAYOUT_WIDTHS:
         r = layouts[width]
         assert not r["clipped"], f"{site_page} at {width} px, clipped:\n  " + "\n  ".join(r["clipped"][:10])
+        assert not r["squashed"], (f"{site_page} at {width} px, figures drawn out of shape:\n  "
+                                   + "\n  ".join(r["squashed"][:10]))
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
         if width >= 1200:
             assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"
