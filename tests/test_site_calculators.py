@@ -346,3 +346,40 @@ def test_calculator_works_from_the_file_system(browser: Any, html_dir: Path) -> 
         assert value is not None and math.isclose(float(value), flops.training_days(34e9, 8e12, 1024, 0.45), rel_tol=REL)
     finally:
         context.close()
+
+
+def test_precision_offers_only_what_the_accelerator_has(pages: Callable[[str], Any]) -> None:
+    """Issue #34: the training-time form enables exactly the precisions the chosen accelerator has a
+    peak for (int8 is not offered on an H100, only bf16 on a TPU v4), and a choice that became
+    invalid when the accelerator changed falls back to bf16 and computes, instead of an error."""
+    page = pages("book/01_flops")
+    box = 'div.course-calc[data-calc="training_days"]'
+    for name, acc in hardware.ACCELERATORS.items():
+        got = page.evaluate("""([box, gpu]) => {
+            const form = document.querySelector(box + ' form');
+            form.querySelector('[name=gpu]').value = gpu;
+            form.dispatchEvent(new Event('change', {bubbles: true}));
+            const dtype = form.querySelector('[name=dtype]');
+            return {enabled: [...dtype.options].filter(o => !o.disabled).map(o => o.value),
+                    value: dtype.value, error: document.querySelector(box + ' .course-calc-error').textContent};
+        }""", [box, name])
+        assert sorted(got["enabled"]) == sorted(acc.peak_flops), f"{name}: offers {got['enabled']}"
+        assert got["value"] in acc.peak_flops and not got["error"], f"{name}: {got}"
+    # a precision only some accelerators have, then an accelerator without it
+    rare = next(t for acc in hardware.ACCELERATORS.values() for t in acc.peak_flops
+                if any(t not in other.peak_flops for other in hardware.ACCELERATORS.values()))
+    has = next(n for n, a in hardware.ACCELERATORS.items() if rare in a.peak_flops)
+    lacks = next(n for n, a in hardware.ACCELERATORS.items() if rare not in a.peak_flops and "bf16" in a.peak_flops)
+    got = page.evaluate("""([box, has, rare, lacks]) => {
+        const form = document.querySelector(box + ' form');
+        form.querySelector('[name=gpu]').value = has;
+        form.dispatchEvent(new Event('change', {bubbles: true}));
+        form.querySelector('[name=dtype]').value = rare;
+        form.dispatchEvent(new Event('change', {bubbles: true}));
+        const before = form.querySelector('[name=dtype]').value;
+        form.querySelector('[name=gpu]').value = lacks;
+        form.dispatchEvent(new Event('change', {bubbles: true}));
+        return [before, form.querySelector('[name=dtype]').value,
+                document.querySelector(box + ' .course-calc-error').textContent];
+    }""", [box, has, rare, lacks])
+    assert got == [rare, "bf16", ""], got

@@ -296,7 +296,11 @@
     return all;
   }
   function text(name, label, value) { return {name: name, label: label, value: value}; }
-  function select(name, label, value, options) { return {name: name, label: label, value: value, options: options}; }
+  function select(name, label, value, options, validFor) {
+    return {name: name, label: label, value: value, options: options, validFor: validFor};
+  }
+  /* The precisions one accelerator has a peak for: a select offers only choices that can compute. */
+  function dtypesOf(values) { return Object.keys(D.accelerators[values.gpu] || {}); }
 
   var CALCULATORS = {
     training_days: {
@@ -305,7 +309,7 @@
         return [text("n_params", "parameters N", "34e9"), text("n_tokens", "tokens D", "8e12"),
                 text("n_gpus", "GPUs", "1024"), text("mfu", "MFU (0-1)", "0.45"),
                 select("gpu", "accelerator", "H100-SXM", Object.keys(D.accelerators).map(function (g) { return [g, g]; })),
-                select("dtype", "precision", "bf16", dtypes().map(function (t) { return [t, t]; }))];
+                select("dtype", "precision", "bf16", dtypes().map(function (t) { return [t, t]; }), dtypesOf)];
       },
       run: function (v) {
         return [["flops", "compute", trainingFlops(v.n_params, v.n_tokens), function (x) { return sci(x, " FLOP"); }],
@@ -426,7 +430,22 @@
     form.appendChild(error);
     box.appendChild(form);
 
+    /* A select whose valid options depend on another field (the precisions of the chosen
+     * accelerator) disables the others; if its choice became invalid it falls back to its default,
+     * or else its first valid option. */
+    function restrict() {
+      var chosen = {};
+      fields.forEach(function (f) { if (f.options) chosen[f.name] = inputs[f.name].value; });
+      fields.forEach(function (f) {
+        if (!f.validFor) return;
+        var ok = f.validFor(chosen), sel = inputs[f.name];
+        Array.prototype.forEach.call(sel.options, function (o) { o.disabled = ok.indexOf(o.value) < 0; });
+        if (ok.length && ok.indexOf(sel.value) < 0) sel.value = ok.indexOf(f.value) >= 0 ? f.value : ok[0];
+      });
+    }
+
     function update() {
+      restrict();
       var values = {};
       fields.forEach(function (f) {
         values[f.name] = f.options ? inputs[f.name].value : parseField(inputs[f.name].value);
