@@ -289,12 +289,25 @@ LAYOUT_REPORT = """() => {
             squashed.push(`${(img.getAttribute('src') || '').split('/').pop()}: drawn ${r.width.toFixed(0)}x` +
                           `${r.height.toFixed(0)} px for ${img.naturalWidth}x${img.naturalHeight} (aspect x${ratio.toFixed(2)})`);
     }
+    // A wide results table (five columns or more) scrolls inside its box with one line per row, so
+    // it stays short on a phone instead of squeezing its columns into word-wide strips.
+    const tallRows = [];
+    for (const t of article.querySelectorAll('table')) {
+        if (!t.querySelector('tr > :nth-child(5)')) continue;
+        for (const tr of t.querySelectorAll('tbody tr')) {
+            const cell = tr.querySelector('td');
+            const line = cell ? parseFloat(getComputedStyle(cell).lineHeight) || 24 : 24;
+            if (tr.getBoundingClientRect().height > 2.5 * line + 24)
+                tallRows.push(`${name(t)} row "${tr.textContent.trim().slice(0, 40)}": ` +
+                              `${tr.getBoundingClientRect().height.toFixed(0)} px tall`);
+        }
+    }
     const doc = document.documentElement;
     const copy = (document.querySelector('main') || document.body).cloneNode(true);
     copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
                           '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
     const text = copy.textContent;
-    return {clipped, fits100, squashed, pageOverflow: doc.scrollWidth - doc.clientWidth,
+    return {clipped, fits100, squashed, tallRows, pageOverflow: doc.scrollWidth - doc.clientWidth,
             tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
             widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
 }"""
@@ -304,7 +317,8 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
                          page_visits: dict[str, Visit]) -> None:
     """Issue #21: nothing clipped at desktop and phone widths, a 100-column print fits the desktop
     column, no widget repr, no raw TeX commands outside math; issue #34: every figure keeps its
-    aspect ratio (within 2 %) at both widths."""
+    aspect ratio (within 2 %) at both widths, and a table of five or more columns keeps its rows one
+    line tall (it scrolls sideways instead)."""
     if not (html_dir / f"{site_page}.html").is_file():
         pytest.skip(f"no {site_page}.html in this build")
     layouts = _page_visit(page_visits, browser, site_url, site_page).layouts
@@ -314,6 +328,8 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
         assert not r["clipped"], f"{site_page} at {width} px, clipped:\n  " + "\n  ".join(r["clipped"][:10])
         assert not r["squashed"], (f"{site_page} at {width} px, figures drawn out of shape:\n  "
                                    + "\n  ".join(r["squashed"][:10]))
+        assert not r["tallRows"], (f"{site_page} at {width} px, wide tables wrap their rows:\n  "
+                                   + "\n  ".join(r["tallRows"][:10]))
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
         if width >= 1200:
             assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"
