@@ -175,7 +175,7 @@ def simulate_goodput(interval_seconds: float, save_seconds: float, restart_secon
     import numpy as np
 
     tau, d, r, m = _times(interval_seconds, save_seconds, restart_seconds, mtbf_seconds)
-    n = positive_int("n_failures", n_failures, maximum=10 ** 6)
+    n = positive_int("n_failures", n_failures, maximum=10 ** 5)   # ±0.3 % already; a call stays < 0.1 s
     rng = np.random.default_rng(positive_int("seed", seed, minimum=0))
     period = tau + d
     q, rho, useful = period / m, r / m, tau / period     # a period and a restart in units of M
