@@ -71,7 +71,7 @@ VALID = dict(
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
              "peak_in_flight": dict(name="1f1b", stage=1),
              "activation_bytes_per_layer": dict(recompute="selective"),
-             "plan": dict(compute=None)}   # plan takes compute or (n_params, n_tokens), not both
+             "plan": dict(compute=None, n_params=7e9)}   # compute or (n_params, n_tokens); 7e9 fits 32 x 4096
 # Arguments for which 0 or a negative number is a valid input.
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",

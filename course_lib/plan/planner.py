@@ -58,6 +58,20 @@ def _check_default_shape(n: float, shape: tuple[int, int, int], given: tuple) ->
                          f"{_MAX_LAYERS} layers, 2**53 for a width): give n_layers, d_model and n_heads")
 
 
+def _check_shape_holds(n: float, L: int, h: int, vocab: int, what: str) -> None:
+    """A given shape must hold roughly the parameters the plan counts: 12·L·d² in the blocks (4d²
+    attention, 8d² MLP) plus up to two V·d embedding tables. Published dense runs sit within a
+    factor of 1.3 of it (Llama 3 405B: 406e9; PaLM 540B: 481e9, multi-query attention); a factor
+    of 4 either way leaves room for GQA, SwiGLU and vocabularies, and refuses a plan whose 8e9
+    parameters live in one layer of width 128, or whose count includes every expert of a mixture."""
+    core = 12.0 * L * h * h
+    if n < core / 4 or n > 4 * (core + 2.0 * vocab * h):
+        raise ValueError(f"{what} ({n:.4g}) does not match the shape: n_layers={L} of d_model={h} hold "
+                         f"about 12·L·d² = {core:.3g} parameters, plus {2.0 * vocab * h:.3g} at most in the "
+                         f"embeddings; give the parameters a token uses (for a mixture of experts the active "
+                         f"ones) or the n_layers and d_model that hold them")
+
+
 def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, float, str, float]:
     """(N, D, how they were chosen, inference FLOPs) — chapter 2."""
     if compute is None and (n_params is None or n_tokens is None):
@@ -193,6 +207,9 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     h = shape[1] if d_model is None else positive_int("d_model", d_model)
     a = shape[2] if n_heads is None else positive_int("n_heads", n_heads)
     _check_default_shape(n, shape, (n_layers, d_model, n_heads))
+    vocab = positive_int("vocab_size", vocab_size, minimum=2)    # one token carries no information
+    if n_layers is not None or d_model is not None:
+        _check_shape_holds(n, L, h, vocab, "n_params" if compute is None else f"compute={compute!r} gives n_params")
     u = fraction("usable_fraction", usable_fraction)
     # chapters 4, 5, 11: the fastest layout that fits, with its memory and step time
     try:
@@ -218,7 +235,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
                          f"step)") from None
     # chapter 3: what the loader must deliver
     tokens_per_s = batch / step_s
-    bytes_per_token = token_dtype(positive_int("vocab_size", vocab_size)).itemsize
+    bytes_per_token = token_dtype(vocab).itemsize
     return Plan(
         sizing=sizing, n_params=n, n_tokens=d, compute_flops=flops.training_flops(n, d),
         tokens_per_param=d / n, inference_flops=inference_flops,
