@@ -71,10 +71,10 @@ def audit(proposal: Mapping, *, n_params: float, n_layers: int, d_model: int, n_
     estimate, never more than ``rtol`` above it."""
     # the problem (keyword arguments) is the caller's: a bad one is a ValueError naming it
     n_params, n_gpus = positive("n_params", n_params), positive_int("n_gpus", n_gpus)
-    for name, x in (("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len)):
-        positive_int(name, x)
-    if kv_heads is not None:
-        positive_int("kv_heads", kv_heads)
+    n_layers, d_model, n_heads, seq_len = (positive_int(k, x) for k, x in (
+        ("n_layers", n_layers), ("d_model", d_model), ("n_heads", n_heads), ("seq_len", seq_len)))
+    if kv_heads is not None and (positive_int("kv_heads", kv_heads) > n_heads or n_heads % kv_heads):
+        raise ValueError(f"kv_heads ({kv_heads}) must divide n_heads ({n_heads})")
     if d_model % n_heads:
         raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
     peak = lookup("gpu", gpu).peak("bf16")
