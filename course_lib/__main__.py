@@ -16,6 +16,8 @@ import os
 import re
 import sys
 
+from ._validate import _show
+
 # (module, function) pairs exposed on the command line; modules that don't exist yet are skipped.
 CALCULATORS = [
     ("flops", "training_flops"), ("flops", "training_days"), ("flops", "gpus_needed"),
@@ -68,12 +70,16 @@ def _switch(text: str) -> bool:
 
 
 def _json_list(text: str) -> list:
+    shown = _show(text)
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
         value = None
+    except RecursionError:   # [[[...]]] 3000 deep exhausts the parser's stack
+        raise argparse.ArgumentTypeError(f"expected a JSON list such as [5, 3, 0], got one nested too "
+                                         f"deeply to read: {shown}") from None
     if not isinstance(value, list):
-        raise argparse.ArgumentTypeError(f"expected a JSON list such as [5, 3, 0], got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a JSON list such as [5, 3, 0], got {shown}")
     return value
 
 
@@ -118,15 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _blame(message: str, names: list[str]) -> str:
-    """A calculator's error message prefixed with the flags it is about: the argument it starts
-    with, else every argument it mentions (an overflow names all the inputs responsible)."""
-    first = re.match(r"(\w+)\b", message)
-    if first and first.group(1) in names:
-        return f"argument {_flag(first.group(1))}: " + message.removeprefix(f"{first.group(1)}: ")
-    named = [n for n in names if re.search(rf"\b{re.escape(n)}\b", message)]
+    """A calculator's error message prefixed with the flags it is about: every argument it
+    mentions, the one it starts with first (``critical_batch_tokens (4e6) is smaller than one
+    sequence (seq_len=1e15)`` is about --seq-len too, and an overflow names all the inputs
+    responsible)."""
+    named = sorted((m.start(), n) for n in names if (m := re.search(rf"\b{re.escape(n)}\b", message)))
     if not named:
         return message
-    return f"argument{'s' if len(named) > 1 else ''} {', '.join(map(_flag, named))}: {message}"
+    flags = ", ".join(_flag(n) for _, n in named)
+    first = named[0][1]
+    return f"argument{'s' if len(named) > 1 else ''} {flags}: " + message.removeprefix(f"{first}: ")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         result = fn(**args)
     except (ValueError, TypeError, ArithmeticError) as exc:   # bad input: a usage error, never a traceback
         parser.error(_blame(str(exc), list(args)))   # prints usage and "error: ...", exits 2
+    except RecursionError:     # a list nested deeper than Python's stack: name the list flags
+        lists = [n for n in args if isinstance(args[n], list)]
+        parser.error(_blame(f"{', '.join(lists) or 'an argument'} is nested too deeply", lists))
     if callable(getattr(result, "render", None)):   # a result that prints itself (the plan)
         print(result.render())
         return 0

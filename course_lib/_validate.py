@@ -112,7 +112,7 @@ def choice(name: str, value: object, options: tuple[str, ...] | list[str]) -> st
 # ----------------------------------------------------------------------------- results
 def _finite(result: object) -> bool:
     """True if every number in ``result`` (a number, tuple, list, dict or dataclass) is finite."""
-    if isinstance(result, (bool, str)) or result is None:
+    if isinstance(result, (bool, str, Integral)) or result is None:   # an int is finite, 10**400 too
         return True
     if isinstance(result, Real):
         return math.isfinite(result)

@@ -219,12 +219,16 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero) -> _Job:
     a = positive_int("n_heads", n_heads)
-    kv = a if kv_heads is None else positive_int("kv_heads", kv_heads, maximum=a)
-    if a % kv:
-        raise ValueError(f"kv_heads ({kv}) must divide n_heads ({a})")
+    kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
+    if kv > a or a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide n_heads ({a}): each K/V head serves a whole group "
+                         f"of query heads")
     if not isinstance(network, Network):
         raise ValueError(f"network must be a course_lib.network.Network, got {network!r:.40}")
     h = positive_int("d_model", d_model)
+    if h % a:    # d_model 1000 with 7 heads, or 32 with 64: no such attention exists
+        raise ValueError(f"n_heads ({a}) must divide d_model ({h}): each head gets d_model/n_heads "
+                         f"dimensions, a whole number of at least 1")
     s = positive_int("seq_len", seq_len)
     tokens = positive("global_batch_tokens", global_batch_tokens)
     if tokens < s:
@@ -264,13 +268,15 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     return [x for x in _all(job) if x.fits]
 
 
+@calculator
 def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: int, d_model: int,
              n_heads: int, seq_len: int, global_batch_tokens: float, v: int = 1, zero: int = 1,
              recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
              compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
              kv_heads: int | None = None) -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
-    not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s)."""
+    not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s). Inputs
+    whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them."""
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
@@ -304,6 +310,9 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
         small = min(everything, key=lambda x: x.memory_bytes, default=None)
         why = (f"the smallest needs {gb(small.memory_bytes)} per GPU" if small else
                "the GPU count and the batch floor (m >= PP sequences per pipeline) allow no layout")
+        if small and small.activation_bytes > small.states_bytes:   # then the width and length are the cause
+            why += (f", {gb(small.activation_bytes)} of it activations (d_model={job.h}, "
+                    f"seq_len={job.s})")
         raise ValueError(f"no layout fits: n_params={n_params!r} on n_gpus={n_gpus!r} with "
                          f"global_batch_tokens={global_batch_tokens!r} and usable_fraction="
                          f"{usable_fraction!r} of HBM: {why}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._validate import positive_int
+
 if TYPE_CHECKING:
     from .layout import Layout
 
@@ -66,7 +68,8 @@ def llama3_405b(seq_len: int = 8192) -> dict:
     """Llama 3 405B's shape and cluster (arXiv 2407.21783, Tables 3 and 4): 126 layers, d 16384,
     128 heads (8 KV heads), 16M-token batches on 16,384 H100s; published TP 8 · CP 1 · PP 16 · DP 128
     at 8K and TP 8 · CP 16 · PP 16 · DP 8 at 128K."""
-    return dict(n_params=405e9, n_layers=126, d_model=16384, n_heads=128, kv_heads=8, seq_len=seq_len,
+    return dict(n_params=405e9, n_layers=126, d_model=16384, n_heads=128, kv_heads=8,
+                seq_len=positive_int("seq_len", seq_len),
                 global_batch_tokens=16 * 2 ** 20, n_gpus=16384, gpu="H100-SXM")
 
 

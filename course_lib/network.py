@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._validate import choice, positive, positive_int
+from ._validate import calculator, choice, positive, positive_int
 
 __all__ = ["NDR_NIC_BANDWIDTH", "Network", "DGX_H100_NDR", "HGX_A100_HDR4", "PUBLISHED_BUSBW",
            "ring_steps"]
@@ -32,6 +32,7 @@ _NCCL = ("NCCL 2.20.3 src/graph/tuning.cc, ring/Simple: baseLat 8.4 us, hwLat NV
          "hwLat NET 14.0 us per step")
 
 
+@calculator
 def ring_steps(kind: str, n: int, nodes: int) -> tuple[int, int]:
     """(steps inside a node, steps across nodes) of a ring ``kind`` over ``n`` ranks on ``nodes``
     nodes, counted as NCCL 2.20.3's tuning model counts them."""
@@ -65,6 +66,9 @@ class Network:
         positive("nic_bits_per_s", self.nic_bits_per_s)
         for name in ("base_latency", "intra_latency", "inter_latency"):
             positive(name, getattr(self, name), allow_zero=True)
+        if not 0 < self.ring_bandwidth < math.inf:    # 5e-324 bits/s is 0 bytes/s; 2**53 NICs of 1e308 overflow
+            raise ValueError(f"nic_bits_per_s ({self.nic_bits_per_s!r}) on nics_per_node ({self.nics_per_node!r}) "
+                             f"gives {self.ring_bandwidth!r} bytes/s per GPU: out of float range")
 
     @property
     def nic_bandwidth(self) -> float:
@@ -77,6 +81,7 @@ class Network:
         scale-up cap: one ring per NIC, so NICs per node × NIC rate."""
         return self.nics_per_node * self.nic_bandwidth
 
+    @calculator
     def ring_latency(self, kind: str, n: int, gpus_per_node: int | None = None) -> float:
         """Seconds of latency of one ring ``kind`` over ``n`` ranks, packed ``gpus_per_node`` to a
         node (default: this network's): base + intra steps · intra_latency + inter steps ·
@@ -88,9 +93,11 @@ class Network:
         intra, inter = ring_steps(kind, n, math.ceil(n / g))
         return self.base_latency + intra * self.intra_latency + inter * self.inter_latency
 
+    @calculator
     def collective_time(self, kind: str, size_bytes: float, n: int, link_bandwidth: float) -> float:
         """Seconds for a ring ``kind`` over ``size_bytes`` among ``n`` ranks spanning nodes: ring bytes
-        per rank / min(ring_bandwidth, ``link_bandwidth``) + ``ring_latency``."""
+        per rank / min(ring_bandwidth, ``link_bandwidth``) + ``ring_latency``. A time that overflows a
+        float (``size_bytes=1e308``) is a ValueError naming the inputs, never inf."""
         k = choice("kind", kind, ("all_reduce", "all_gather", "reduce_scatter"))
         size = positive("size_bytes", size_bytes, allow_zero=True)
         n = positive_int("n", n)

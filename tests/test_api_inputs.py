@@ -35,7 +35,7 @@ OTHERS = [
     ("distill", "distill_calculator"),
     ("faults", "implied_gpu_mtbf"), ("faults", "daly_checkpoint_interval"), ("faults", "goodput_exponential"),
     ("faults", "expected_lost_seconds"), ("faults", "checkpoint_bytes_per_rank"), ("faults", "save_seconds"),
-    ("faults", "async_blocking_seconds"),
+    ("faults", "async_blocking_seconds"), ("faults", "simulate_goodput"),
 ]
 MODULES = ("flops", "scaling", "memory", "comm", "pipeline", "numerics", "moe", "distill", "hardware", "faults")
 # Public functions of those modules that are not plain-number calculators (arrays, models, plots).
@@ -43,8 +43,7 @@ NOT_CALCULATORS = {"gpt_params", "get_fit", "fit_power_law", "fit_loss", "isoflo
                    "resolve_dtype", "format_info", "ulp_table", "running_sum", "pairwise_sum", "kahan_sum",
                    "stochastic_round", "stochastic_sum", "compare_summation", "token_choice", "expert_choice",
                    "mask_router", "switch_aux_loss", "entropy", "cross_entropy", "kl_divergence",
-                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup",
-                   "simulate_goodput"}
+                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup"}
 
 # One valid value per argument name (names mean the same thing in every module) ...
 VALID = dict(
@@ -72,12 +71,12 @@ VALID = dict(
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
              "peak_in_flight": dict(name="1f1b", stage=1),
              "activation_bytes_per_layer": dict(recompute="selective"),
-             "plan": dict(compute=None)}   # plan takes compute or (n_params, n_tokens), not both
+             "plan": dict(compute=None, n_params=7e9)}   # compute or (n_params, n_tokens); 7e9 fits 32 x 4096
 # Arguments for which 0 or a negative number is a valid input.
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",
            "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds",
-           "max_zero"}
+           "max_zero", "seed"}
 NEGATIVE_OK = {"value", "increment", "x"}
 # Where an infinite answer is the true one (a running sum that overflows the format).
 INF_OK = {"sequential_sum", "stall_point"}

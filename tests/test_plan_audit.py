@@ -72,8 +72,12 @@ def test_each_inconsistency_is_caught_by_its_check(good, change, failing):
     (dict(tp=16, dp=64), "breaks a rule"),           # TP would leave the 8-GPU node
     (dict(zero=5), "zero"),
     (dict(recompute="most"), "recompute"),
-    (dict(tp="two"), "positive number"),
-    (dict(tp=1.5), "whole number"),
+    (dict(tp="two"), "tp must be an integer"),
+    (dict(tp=1.5), "tp must be an integer"),
+    (dict(tp=10 ** 400, dp=1), "tp must be <= 2**53"),          # no OverflowError from a huge degree
+    (dict(mfu=float("nan")), "mfu must be finite"),
+    (dict(mfu=45), "mfu must be a fraction"),
+    (dict(n_tokens=1e6), "less than one global batch"),         # a run shorter than one step
 ])
 def test_an_invalid_layout_leaves_the_rest_unchecked(good, change, reason):
     f = findings(good | change)

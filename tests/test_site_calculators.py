@@ -129,9 +129,11 @@ EXTREME: dict[str, list[dict[str, str]]] = {
                 {"teacher_params": "1e-300", "teacher_tokens": "1e-300"},
                 {"price_out_per_mtok": "5e-324", "price_in_per_mtok": "0"}],
     # overflows (in plan, in training_days, in layout), a model too wide for the layout's bounds,
-    # and the three impossible plans: does not fit, batch below the floor, failures too frequent
+    # the three impossible plans: does not fit, batch below the floor, failures too frequent; a run
+    # shorter than one step, and a step (at an MFU of 1e-300) that outlasts the job's MTBF
     "plan": [{"n_tokens": "1e300", "price_per_gpu_hour": "1e300"}, {"mfu": "1e-320"}, {"n_params": "1e307"},
-             {"global_batch_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"}, {"n_params": "1e21"},
+             {"global_batch_tokens": "1.7e308", "n_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"},
+             {"n_params": "1e21"}, {"n_tokens": "1e6"}, {"mfu": "1e-300"},
              {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
              {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "16384"},
              {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
@@ -145,7 +147,7 @@ EXTREME_OK: dict[str, list[dict[str, str]]] = {
     "api_cost": [{"price_out_per_mtok": "5e-324"}],
     "distill": [{"visible_tokens": "1e-300"}],
     "plan": [{"n_params": "1", "n_tokens": "1", "n_gpus": "1", "seq_len": "1", "global_batch_tokens": "1"},
-             {"mfu": "1e-300"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"}],
+             {"mfu": "1e-3"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"}],
 }
 
 # Fill the named fields (the rest keep their defaults), fire one `input` event, read the result.

@@ -202,6 +202,8 @@
     return checked(args, function () {
       L.positiveInt("n_heads", I(a));
       L.positiveInt("d_model", I(h));
+      if (h % a) fail("n_heads (" + L.intRepr(a) + ") must divide d_model (" + L.intRepr(h) + "): each head gets " +
+                      "d_model/n_heads dimensions, a whole number of at least 1");
       if (batch < s) fail("global_batch_tokens (" + L.pyFloatRepr(batch) + ") is less than one sequence (seq_len=" + s + ")");
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));
       var job = {psi: n, L: nl, h: h, a: a, s: s, tokens: batch, n: nGpus, kv: h, b: 1, flash: P.flash_attention,
@@ -217,6 +219,9 @@
         all.forEach(function (x) { if (!small || x.memory < small.memory) small = x; });
         var why = small ? "the smallest needs " + pyFixed(small.memory / 1e9, 0) + " GB per GPU"
           : "the GPU count and the batch floor (m >= PP sequences per pipeline) allow no layout";
+        if (small && small.activations > small.states)    // then the width and length are the cause
+          why += ", " + pyFixed(small.activations / 1e9, 0) + " GB of it activations (d_model=" + L.intRepr(h) +
+                 ", seq_len=" + L.intRepr(s) + ")";
         fail("no layout fits: n_params=" + L.pyFloatRepr(n) + " on n_gpus=" + nGpus + " with global_batch_tokens=" +
              L.pyFloatRepr(batch) + " and usable_fraction=" + L.pyFloatRepr(u) + " of HBM: " + why);
       }
@@ -250,7 +255,9 @@
       L.intRepr(need) + ". Raise global_batch_tokens to " + pyG(need * s) + " or use fewer GPUs";
   }
 
-  function faults(n, nGpus) {    // checkpoint_bytes_per_rank, save_seconds, cluster_mtbf, Young, goodput
+  /* planner.failure_budget: checkpoint_bytes_per_rank, save_seconds, cluster_mtbf, Young's interval
+   * (never shorter than one step), goodput; its two refusals. */
+  function faults(n, nGpus, step) {
     var ckpt = checked([["n_params", F(n)], ["n_ranks", I(nGpus)], ["bytes_per_param", F(P.checkpoint_bytes_per_param)]],
       function () { var x = n * P.checkpoint_bytes_per_param / nGpus; return {x: x, numbers: [x]}; }).x * nGpus;
     var save = checked([["checkpoint_bytes", F(ckpt)], ["n_writers", I(nGpus)], ["writer_bandwidth", F(P.writer_bandwidth)],
@@ -261,16 +268,26 @@
     var gm = L.positive("gpu_mtbf_seconds", PLAN.gpu_mtbf_seconds);
     var mtbf = checked([["gpu_mtbf_seconds", F(gm)], ["n_gpus", I(nGpus)]],
       function () { return {x: gm / nGpus, numbers: [gm / nGpus]}; }).x;
-    var tau = checked([["save_seconds", F(save)], ["mtbf_seconds", F(mtbf)]], function () {
+    var young = mtbf > 0 ? checked([["save_seconds", F(save)], ["mtbf_seconds", F(mtbf)]], function () {
       var x = Math.sqrt(2 * save) * Math.sqrt(mtbf);
       return {x: x, numbers: [x]};
-    }).x;
-    var r = P.restart_seconds;
-    var good = checked([["interval_seconds", F(tau)], ["save_seconds", F(save)], ["restart_seconds", F(r)],
-                        ["mtbf_seconds", F(mtbf)]], function () {
-      var period = tau + save, x = tau / period * Math.max(0.0, 1.0 - (r + period / 2) / mtbf);
-      return {x: x, numbers: [x]};
-    }).x;
+    }).x : 0.0;
+    var tau = Math.max(young, step), r = P.restart_seconds, good = 0.0;
+    if (mtbf > 0 && tau + save < Infinity)
+      good = checked([["interval_seconds", F(tau)], ["save_seconds", F(save)], ["restart_seconds", F(r)],
+                      ["mtbf_seconds", F(mtbf)]], function () {
+        var period = tau + save, x = tau / period * Math.max(0.0, 1.0 - (r + period / 2) / mtbf);
+        return {x: x, numbers: [x]};
+      }).x;
+    if (good <= 0 && mtbf > 0 && step > young)
+      fail("n_gpus=" + nGpus + ": one step takes " + pyG(step) + " s and the job fails every " + pyG(mtbf) + " s on " +
+           "average; a checkpoint can only be taken between steps, so each failure costs a restart and half a step, " +
+           "and no training progresses. Make a step shorter or the job's MTBF longer (gpu_mtbf_seconds) (in this " +
+           "plan global_batch_tokens, mfu and nic_bits_per_s set the step)");
+    if (good <= 0)
+      fail("n_gpus=" + nGpus + ": the job fails every " + pyFixed(mtbf / 60, 1) + " minutes on average, less " +
+           "than a restart and half a checkpoint period take: no training progresses. Use fewer GPUs or more " +
+           "reliable ones (gpu_mtbf_seconds)");
     return {ckpt: ckpt, save: save, mtbf: mtbf, interval: tau, good: good};
   }
 
@@ -292,8 +309,15 @@
       });
       var gpu = v.gpu, g = L.positiveInt("gpus_per_node", v.gpus_per_node), nGpus = L.positiveInt("n_gpus", v.n_gpus);
       var s = L.positiveInt("seq_len", v.seq_len), batch = L.positive("global_batch_tokens", v.global_batch_tokens);
+      if (d < batch)    // a run shorter than one step
+        fail("n_tokens (" + L.pyFloatRepr(d) + ") is less than one step of global_batch_tokens (" + L.pyFloatRepr(batch) +
+             "): the run would not finish a single step");
       var price = L.positive("price_per_gpu_hour", v.price_per_gpu_hour);
       var sh = modelShape(n), u = PLAN.usable_fraction.num, best;
+      if (sh[0] > P.max_layers || sh[1] > D.max_int || sh[2] > D.max_int)    // planner._check_default_shape
+        fail("n_params=" + L.pyFloatRepr(n) + ": its default shape (model_shape: " + L.intRepr(sh[0]) + " layers, " +
+             "d_model " + L.intRepr(sh[1]) + ", " + L.intRepr(sh[2]) + " heads) is beyond the layout planner's bounds " +
+             "(at most " + P.max_layers + " layers, 2**53 for a width): give n_layers, d_model and n_heads");
       try {
         best = layout(n, sh[0], sh[1], sh[2], s, batch, nGpus, gpu, g, u);
       } catch (e) {
@@ -303,11 +327,7 @@
       var used = auto ? best.mfu : L.utilisation("mfu", v.mfu);
       var days = L.trainingDays(F(n), F(d), I(nGpus), F(used), gpu, "bf16");
       var stepS = 6.0 * n * batch / (nGpus * D.accelerators[gpu].bf16 * used);
-      var gpuHours = days * 24.0 * nGpus, f = faults(n, nGpus);
-      if (f.good <= 0)
-        fail("n_gpus=" + nGpus + ": the job fails every " + pyFixed(f.mtbf / 60, 1) + " minutes on average, less " +
-             "than a restart and half a checkpoint period take: no training progresses. Use fewer GPUs or more " +
-             "reliable ones (gpu_mtbf_seconds)");
+      var gpuHours = days * 24.0 * nGpus, f = faults(n, nGpus, stepS);
       var tokensPerS = batch / stepS, bpt = P.bytes_per_token;
       var out = {layout_shape: shape(best), zero_stage: best.zero, recompute: best.recompute,
                  microbatches: best.microbatches, memory_bytes: best.memory, usable_bytes: best.usable,

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .._validate import MAX_INT, calculator, choice, positive, positive_int
+from .._validate import _show, calculator, choice, positive, positive_int
 
 __all__ = ["expert_capacity", "dropped_tokens", "expected_drop_fraction", "Routing", "token_choice",
            "expert_choice", "mask_router", "switch_aux_loss", "MoE"]
@@ -65,13 +65,13 @@ def dropped_tokens(expert_counts: Iterable[int], capacity: int) -> int:
     cap = positive_int("capacity", capacity, minimum=0)
     if isinstance(expert_counts, (str, bytes)) or not hasattr(expert_counts, "__iter__"):
         raise ValueError(f"expert_counts must be a sequence of counts, one per expert, got {expert_counts!r}")
-    counts = np.asarray(expert_counts.tolist() if hasattr(expert_counts, "tolist") else list(expert_counts))
-    if counts.ndim != 1 or counts.size == 0:
-        raise ValueError(f"expert_counts must be a non-empty 1-D sequence, got shape {counts.shape}")
-    if (not np.issubdtype(counts.dtype, np.number) or not np.all(np.isfinite(counts)) or np.any(counts < 0)
-            or np.any(counts > MAX_INT) or np.any(counts != np.round(counts))):
-        raise ValueError(f"expert_counts must be non-negative integers, got {counts.tolist()!r}")
-    return int(np.maximum(counts - cap, 0).sum())
+    items = expert_counts.tolist() if hasattr(expert_counts, "tolist") else list(expert_counts)
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"expert_counts must be a non-empty 1-D sequence, got {_show(expert_counts)}")
+    # element by element, before numpy sees them: a list nested 900 deep is one bad element,
+    # not numpy's "maximum number of dimensions" error
+    counts = [positive_int(f"expert_counts[{i}]", x, minimum=0) for i, x in enumerate(items)]
+    return sum(max(0, c - cap) for c in counts)
 
 
 @calculator

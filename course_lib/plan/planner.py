@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 from .. import faults, flops, scaling
-from .._validate import calculator, choice, fraction, positive, positive_int, utilisation
+from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
 from ..hardware import lookup
-from ..layout import _POW2, layout
+from ..layout import _MAX_LAYERS, _POW2, layout
 from ..numerics import format_info, stall_point
 from .result import Plan
 
@@ -34,15 +34,42 @@ _CKPT_BYTES_PER_PARAM = 14.0       # BF16 weights 2 + FP32 master 4 + Adam momen
 _HEAD_DIM = 128                    # Llama 2/3, GPT-3 175B: d_model = 128 · heads
 
 
+@calculator
 def model_shape(n_params: float) -> tuple[int, int, int]:
     """A plausible (n_layers, d_model, n_heads) for ``n_params`` when the user gives no shape:
     N ≈ 12·L·d² with d/L ≈ 128 (GPT-3 175B: 12288/96; Llama 3 8B: 4096/32; 405B: 16384/126),
-    heads of 128 in a multiple of 8 so tensor parallelism up to 8 divides them."""
+    heads of 128 in a multiple of 8 so tensor parallelism up to 8 divides them. A size whose width
+    overflows a float (1e308) is a ValueError naming ``n_params``."""
     n = positive("n_params", n_params)
     d_guess = (n * _HEAD_DIM / 12.0) ** (1 / 3)
     heads = max(8, 8 * round(d_guess / _HEAD_DIM / 8))
     d = heads * _HEAD_DIM
     return max(1, round(n / (12.0 * d * d))), d, heads
+
+
+def _check_default_shape(n: float, shape: tuple[int, int, int], given: tuple) -> None:
+    """Refuse a default shape (``model_shape``, for the parts not given) that the layout planner
+    cannot take, naming ``n_params``, the argument it came from, not the layers or heads the user
+    never typed (1e21 parameters give 171,974 layers)."""
+    bounds = (_MAX_LAYERS, MAX_INT, MAX_INT)
+    if any(x is None and v > top for x, v, top in zip(given, shape, bounds)):
+        raise ValueError(f"n_params={n!r}: its default shape (model_shape: {shape[0]} layers, d_model "
+                         f"{shape[1]}, {shape[2]} heads) is beyond the layout planner's bounds (at most "
+                         f"{_MAX_LAYERS} layers, 2**53 for a width): give n_layers, d_model and n_heads")
+
+
+def _check_shape_holds(n: float, L: int, h: int, vocab: int, what: str) -> None:
+    """A given shape must hold roughly the parameters the plan counts: 12·L·d² in the blocks (4d²
+    attention, 8d² MLP) plus up to two V·d embedding tables. Published dense runs sit within a
+    factor of 1.3 of it (Llama 3 405B: 406e9; PaLM 540B: 481e9, multi-query attention); a factor
+    of 4 either way leaves room for GQA, SwiGLU and vocabularies, and refuses a plan whose 8e9
+    parameters live in one layer of width 128, or whose count includes every expert of a mixture."""
+    core = 12.0 * L * h * h
+    if n < core / 4 or n > 4 * (core + 2.0 * vocab * h):
+        raise ValueError(f"{what} ({n:.4g}) does not match the shape: n_layers={L} of d_model={h} hold "
+                         f"about 12·L·d² = {core:.3g} parameters, plus {2.0 * vocab * h:.3g} at most in the "
+                         f"embeddings; give the parameters a token uses (for a mixture of experts the active "
+                         f"ones) or the n_layers and d_model that hold them")
 
 
 def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, float, str, float]:
@@ -72,17 +99,36 @@ def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, 
     return n, d, "given", 2.0 * n * inf
 
 
-def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S
-                   ) -> tuple[float, float, float, float, float]:
-    """Chapter 12's stage of the plan: (checkpoint bytes, blocking save s, job MTBF s, Young's
+def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S,
+                   step_seconds: float | None = None) -> tuple[float, float, float, float, float]:
+    """Chapter 12's stage of the plan: (checkpoint bytes, blocking save s, job MTBF s, checkpoint
     interval s, goodput) for a sharded checkpoint of 14 bytes per parameter written by every rank.
-    It depends on the model size and the GPU count only, not on the layout."""
+
+    The interval is Young's, but never shorter than one training step (``step_seconds``, when
+    given): a checkpoint can only be taken between steps, so a step longer than Young's interval
+    sets the period, and the goodput follows from that period. A plan whose step outlasts the
+    job's MTBF therefore makes no progress and is refused, instead of showing a checkpoint every
+    few minutes beside a step of weeks. Without a step it depends on the size and GPU count only.
+    """
     n, n_gpus = positive("n_params", n_params), positive_int("n_gpus", n_gpus)
-    ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
-    save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
-    mtbf = faults.cluster_mtbf(positive("gpu_mtbf_seconds", gpu_mtbf_seconds), n_gpus)
-    interval = faults.optimal_checkpoint_interval(save, mtbf)
-    good = faults.goodput(interval, save, _RESTART_S, mtbf)
+    gpu_mtbf = positive("gpu_mtbf_seconds", gpu_mtbf_seconds)
+    step = None if step_seconds is None else positive("step_seconds", step_seconds)
+    try:
+        ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
+        save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
+    except ValueError:
+        raise ValueError(f"n_params={n_params!r}: its checkpoint ({_CKPT_BYTES_PER_PARAM:g} bytes per "
+                         f"parameter) is more bytes than a float holds") from None
+    mtbf = faults.cluster_mtbf(gpu_mtbf, n_gpus)      # 0 when 5e-324 s is shared by 8 GPUs
+    young = faults.optimal_checkpoint_interval(save, mtbf) if mtbf > 0 else 0.0
+    interval = young if step is None else max(young, step)
+    period = interval + save
+    good = faults.goodput(interval, save, _RESTART_S, mtbf) if mtbf > 0 and period < math.inf else 0.0
+    if good <= 0 and mtbf > 0 and step is not None and step > young:
+        raise ValueError(f"n_gpus={n_gpus}: one step takes {step:g} s and the job fails every {mtbf:g} s on "
+                         f"average; a checkpoint can only be taken between steps, so each failure costs a "
+                         f"restart and half a step, and no training progresses. Make a step shorter or the "
+                         f"job's MTBF longer (gpu_mtbf_seconds)")
     if good <= 0:
         raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
                          f"than a restart and half a checkpoint period take: no training progresses. "
@@ -150,12 +196,20 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     n_gpus = positive_int("n_gpus", n_gpus)
     s = positive_int("seq_len", seq_len)
     batch = positive("global_batch_tokens", global_batch_tokens)
+    if d < batch:    # 15e12 -> 1e6 tokens: not even one step
+        what = f"n_tokens ({d!r}) is" if compute is None else f"compute={compute!r} buys {d!r} tokens,"
+        raise ValueError(f"{what} less than one step of global_batch_tokens ({batch!r}): the run would not "
+                         f"finish a single step")
     price = positive("price_per_gpu_hour", price_per_gpu_hour)
     dtype = choice("dtype", dtype, ("bf16", "fp16", "fp8"))
     shape = model_shape(n)
     L = shape[0] if n_layers is None else positive_int("n_layers", n_layers)
     h = shape[1] if d_model is None else positive_int("d_model", d_model)
     a = shape[2] if n_heads is None else positive_int("n_heads", n_heads)
+    _check_default_shape(n, shape, (n_layers, d_model, n_heads))
+    vocab = positive_int("vocab_size", vocab_size, minimum=2)    # one token carries no information
+    if n_layers is not None or d_model is not None:
+        _check_shape_holds(n, L, h, vocab, "n_params" if compute is None else f"compute={compute!r} gives n_params")
     u = fraction("usable_fraction", usable_fraction)
     # chapters 4, 5, 11: the fastest layout that fits, with its memory and step time
     try:
@@ -172,10 +226,16 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     step_s = 6.0 * n * batch / (n_gpus * acc.peak("bf16") * used)
     gpu_hours = days * 24.0 * n_gpus
     # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
-    ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds)
+    try:
+        ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds, step_s)
+    except ValueError as exc:    # a step longer than the MTBF: say which inputs set the step
+        if "one step takes" not in str(exc):
+            raise
+        raise ValueError(f"{exc} (in this plan global_batch_tokens, mfu and nic_bits_per_s set the "
+                         f"step)") from None
     # chapter 3: what the loader must deliver
     tokens_per_s = batch / step_s
-    bytes_per_token = token_dtype(positive_int("vocab_size", vocab_size)).itemsize
+    bytes_per_token = token_dtype(vocab).itemsize
     return Plan(
         sizing=sizing, n_params=n, n_tokens=d, compute_flops=flops.training_flops(n, d),
         tokens_per_param=d / n, inference_flops=inference_flops,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import flops
+from .._validate import positive, positive_int, utilisation
 from .planner import plan
 
 __all__ = ["Run", "RUNS", "TOLERANCE", "check_published"]
@@ -173,27 +174,68 @@ RUNS: tuple[Run, ...] = (
 )
 
 
+_UNITS = ("gpu_hours", "days", "flops")
+
+
+def _check_run(i: int, r: object) -> None:
+    """Refuse a run that cannot be compared, naming ``runs[i]`` and the field: a published figure
+    of 0 (a ratio over nothing), a unit the planner has no figure for, a cluster left out."""
+    if not isinstance(r, Run):
+        raise ValueError(f"runs[{i}] must be a plan.runs.Run, got {type(r).__name__}")
+    where = f"runs[{i}] ({r.name!r})"
+    if r.unit not in _UNITS + (None,):
+        raise ValueError(f"{where}: unit must be one of {', '.join(map(repr, _UNITS))} or None, got {r.unit!r}")
+    if (r.published is None) != (r.unit is None):
+        raise ValueError(f"{where}: published and unit go together (both None, or a figure and its unit)")
+    try:
+        if r.published is not None:
+            positive("published", r.published)
+        positive("n_params", r.n_params)
+        positive("n_tokens", r.n_tokens)
+        if r.unit != "flops":
+            positive_int("n_gpus", r.n_gpus)
+            utilisation("mfu", r.mfu)
+            if not isinstance(r.gpu, str):
+                raise ValueError(f"gpu must be an accelerator name, got {r.gpu!r}")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def check_published(runs: tuple[Run, ...] = RUNS) -> list[dict]:
     """Per run: the planner's figure on the run's own size, tokens, GPUs and MFU, the published
     figure, their ratio, whether it is within ±``TOLERANCE``, the explanation of a miss, the layout
     planner's own MFU estimate next to the MFU used, and the planner's own layout (``own_layout``,
     with its ZeRO stage) next to the ``layout`` the run published. The layout the planner chooses
     does not depend on the MFU given, so one ``plan`` call per run gives both."""
+    if not isinstance(runs, (tuple, list)):
+        raise ValueError(f"runs must be a tuple of plan.runs.Run, got {type(runs).__name__}")
+    for i, r in enumerate(runs):
+        _check_run(i, r)
     rows = []
-    for r in runs:
-        row = {"name": r.name, "unit": r.unit, "published": r.published, "mfu": r.mfu,
-               "mfu_source": r.mfu_source, "own_mfu": None, "source": r.source,
-               "layout": r.layout, "own_layout": None}
-        if r.unit == "flops":
-            row["planned"] = flops.training_flops(r.n_params, r.n_tokens)
-        else:
-            p = plan(n_params=r.n_params, n_tokens=r.n_tokens, gpu=r.gpu, n_gpus=r.n_gpus, mfu=r.mfu, **r.shape)
-            row["own_mfu"] = p.mfu_estimate
-            row["own_layout"] = f"{p.layout_shape}, ZeRO-{p.zero_stage}"
-            row["planned"] = {"gpu_hours": p.gpu_hours, "days": p.days, "mfu": p.mfu_estimate, None: p.days}[r.unit]
-            row["planned_days"] = p.days
-        row["ratio"] = None if r.published is None else row["planned"] / r.published
-        row["within"] = None if row["ratio"] is None else abs(row["ratio"] - 1) <= TOLERANCE
-        row["reason"] = "" if row["within"] in (True, None) else r.miss
-        rows.append(row)
+    for i, r in enumerate(runs):
+        try:
+            rows.append(_row(r))
+        except ValueError as exc:     # a run the planner refuses (does not fit, too few tokens, ...)
+            raise ValueError(f"runs[{i}] ({r.name!r}): {exc}") from None
     return rows
+
+
+def _row(r: Run) -> dict:
+    """One row of ``check_published``."""
+    row = {"name": r.name, "unit": r.unit, "published": r.published, "mfu": r.mfu,
+           "mfu_source": r.mfu_source, "own_mfu": None, "source": r.source,
+           "layout": r.layout, "own_layout": None}
+    if r.unit == "flops":
+        row["planned"] = flops.training_flops(r.n_params, r.n_tokens)
+    else:
+        p = plan(n_params=r.n_params, n_tokens=r.n_tokens, gpu=r.gpu, n_gpus=r.n_gpus, mfu=r.mfu, **r.shape)
+        row["own_mfu"] = p.mfu_estimate
+        row["own_layout"] = f"{p.layout_shape}, ZeRO-{p.zero_stage}"
+        row["planned"] = {"gpu_hours": p.gpu_hours, "days": p.days, "mfu": p.mfu_estimate, None: p.days}[r.unit]
+        row["planned_days"] = p.days
+    row["ratio"] = None if r.published is None else row["planned"] / r.published
+    if row["ratio"] == float("inf"):
+        raise ValueError(f"published ({r.published!r}) is too small: the planner's figure over it overflows a float")
+    row["within"] = None if row["ratio"] is None else abs(row["ratio"] - 1) <= TOLERANCE
+    row["reason"] = "" if row["within"] in (True, None) else r.miss
+    return row
