@@ -6,11 +6,12 @@ writes what, each rank writes its files, and a coordinator writes the ``.metadat
 tensors to files. ``dcp.load`` reads that map back for *any* sharding: a checkpoint saved by 4
 ranks loads into 2 (resharding).
 
-DCP alone does not tell a resuming job which checkpoint finished. :class:`ShardedCheckpointer`
-adds chapter 6's recipe on top: after DCP's save has returned on every rank (and its files were
-fsynced), rank 0 writes a small ``COMPLETE`` marker with ``course_lib.atomic.atomic_file`` (temp
-file, fsync, rename). A directory without the marker is a save that was killed part-way: it is
-never loaded, and the next save of that step replaces it.
+DCP alone does not tell a resuming job which checkpoint finished, nor whether its files are
+intact. :class:`ShardedCheckpointer` (``course_lib.faults.checkpointer``) adds chapter 6's recipe
+on top: after DCP's save has returned on every rank (and its files were fsynced), rank 0 writes a
+``COMPLETE`` marker, atomically and last, with every file's SHA-256; a directory without the
+marker is a save killed part-way and is never loaded, and one whose files do not match it is
+refused by name and the job resumes from the checkpoint before (``course_lib.faults.integrity``).
 
 ``dcp.async_save`` copies the state to CPU memory (staging), returns, and writes in a background
 thread, so training overlaps the write; its collectives run on their own process group, so they
@@ -121,7 +122,7 @@ def _reshard_worker(ctx, root: str, job, steps: int, save: bool) -> dict:
     from .elastic import build_state, train_step
     torch.set_num_threads(1)
     state = build_state(job, ctx.group)
-    ckpt = ShardedCheckpointer(root, ctx.group)
+    ckpt = ShardedCheckpointer(root, ctx.group, run_id="reshard-demo")   # two launches, one job
     if save:
         for _ in range(steps):
             train_step(state, ctx.group)
