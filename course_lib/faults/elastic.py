@@ -45,35 +45,13 @@ from ..corpus import get_batch
 from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
 from .dcp_demo import ShardedCheckpointer, checkpoint_dir, full_digests, incomplete_steps
-from .integrity import DAMAGES, ForeignFolderError, FolderInUseError, damage
+from .inject import DAMAGES, FAULT_KINDS, Fault, _DyingWriter, _sigkill_self  # noqa: F401 - Fault is public here
+from .integrity import ForeignFolderError, FolderInUseError, damage
 
 __all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "job_id", "WindowLoader", "TrainState", "build_state", "train_step",
            "train"]
 
 DEMO_CONFIG = {"vocab_size": 64, "seq_len": 16, "n_layers": 2, "n_heads": 2, "d_model": 32}
-FAULT_KINDS = ("kill", "save", "hang", *DAMAGES)
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A failure to inject: ``kind`` (kill | save | hang | a damage) hits rank ``rank`` at step ``step``."""
-
-    kind: str
-    step: int
-    rank: int
-
-    @classmethod
-    def parse(cls, text: str) -> Fault:
-        """``"kill:5:1"`` -> Fault("kill", 5, 1)."""
-        kind, step, rank = text.split(":")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {kind!r}")
-        return cls(kind, int(step), int(rank))
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.step}:{self.rank}"
-
-
 @dataclass(frozen=True)
 class JobConfig:
     """What the job trains and how it checkpoints; ``faults[i]`` fires in attempt ``i``. ``keep_last``
@@ -161,20 +139,6 @@ class TrainState:
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         self.loader.load_state_dict(state["loader"])
         self.step = int(state["step"])
-
-
-def _sigkill_self() -> None:
-    """Die at once, as on a hardware fault: no exception, no cleanup, no goodbye to the peers."""
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-class _DyingWriter(FileSystemWriter):
-    """A DCP writer whose rank SIGKILLs itself right after writing its shard: a save cut short."""
-
-    def write_data(self, plan, planner):
-        future = super().write_data(plan, planner)
-        future.wait()
-        _sigkill_self()
 
 
 def build_state(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
