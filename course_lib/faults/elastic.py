@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,9 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_group = dist.new_group(backend="gloo", timeout=timeout)
     try:
         train(job, out, dist.group.WORLD, ckpt_group, attempt)
-    except (ForeignFolderError, FolderInUseError):
-        # no restart can fix this: rank 0 asks torchrun's agent to stop rather than crash-loop
+    except (ForeignFolderError, FolderInUseError) as e:
+        # no restart can fix this: rank 0 says why, then asks torchrun's agent to stop, not restart
         if os.environ.get("TORCHELASTIC_RUN_ID") and dist.get_rank() == 0:
+            print(f"job refused: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             os.kill(os.getppid(), signal.SIGTERM)
         raise
     finally:
