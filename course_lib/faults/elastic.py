@@ -5,9 +5,9 @@
 (``fully_shard``) on gloo and checkpoints it with DCP every ``ckpt-every`` steps
 (:class:`~course_lib.faults.dcp_demo.ShardedCheckpointer`). When a rank dies, torch's elastic agent
 stops the other ranks and starts the whole group again (``TORCHELASTIC_RESTART_COUNT`` counts the
-attempts); the new ranks resume from the last *complete* checkpoint. Everything a step depends on
-is in that checkpoint: the weights and AdamW state, the step, and the data loader's position and
-random generator, so the resumed job computes exactly the same updates and ends with weights
+attempts); the new ranks resume from the last *complete* checkpoint that verifies. Everything a
+step depends on is in that checkpoint: the weights and AdamW state, the step, and the data
+loader's position and random generator, so the resumed job computes exactly the same updates and ends with weights
 bit-identical to a run that never failed. Work since that checkpoint is lost and redone.
 
 Faults are injected on purpose, one per attempt (fault ``i`` fires in attempt ``i``):
