@@ -1,20 +1,25 @@
 """Chapter 12 on real processes: one torchrun elastic job (2 ranks) that is SIGKILLed at random
-steps, cut in the middle of a checkpoint save and hung inside a collective, one failure per
-attempt; after each the agent restarts it and it ends bit-identical to an uninterrupted run.
-Then DCP resharding and async saves, and the straggler monitor."""
+steps, cut in the middle of a checkpoint save, hung inside a collective and has its last
+checkpoint corrupted, one failure per attempt, while a second copy of the job tries to use its
+checkpoint folder; after each failure the agent restarts it and it ends bit-identical to an
+uninterrupted run. Then checkpoints broken five ways between two launches (each refused by name,
+one fallback, no crash loop), another job refused the folder, DCP resharding and async saves,
+and the straggler monitor."""
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import replace
 
 import pytest
 
-from course_lib.faults.elastic import Fault, JobConfig
+from course_lib.faults.elastic import Fault, JobConfig, job_id
 from course_lib.faults.jobs import random_faults, read_log, reference_run, run_job
 
 PG_TIMEOUT_S = 5.0
 JOB = JobConfig(steps=12, ckpt_every=3, timeout_s=PG_TIMEOUT_S)
 KILLS = random_faults(2, 8, seed=4)            # two SIGKILLs at seeded random steps and ranks
-SAVE_CUT, HANG = Fault("save", 9, 1), Fault("hang", 11, 0)
+SAVE_CUT, HANG, ROT = Fault("save", 9, 1), Fault("hang", 11, 0), Fault("flip", 12, 1)
 
 
 @pytest.fixture(scope="module")
@@ -27,24 +32,34 @@ def reference(tmp_path_factory):
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     """The same job under torchrun, with one failure per attempt: two kills, a save cut short,
-    a hang. Returns the run and its directory."""
+    a hang, a flipped byte in its last checkpoint. Once it has started, a second copy of the
+    job (same seed: the same run id) is launched on the same folder. Returns the run, its
+    directory and the second copy's run."""
     out = tmp_path_factory.mktemp("faulty")
-    res = run_job(out, replace(JOB, faults=KILLS + (SAVE_CUT, HANG)), max_restarts=4, timeout=200)
+    box = {}
+    first = threading.Thread(target=lambda: box.update(res=run_job(
+        out, replace(JOB, faults=KILLS + (SAVE_CUT, HANG, ROT)), max_restarts=5, timeout=300)))
+    first.start()
+    while first.is_alive() and not (out / "log.jsonl").exists():
+        time.sleep(0.1)
+    second = run_job(out, JOB, max_restarts=3, timeout=120)
+    first.join()
+    res = box["res"]
     assert res.returncode == 0, res.output[-3000:]
-    return res, out
+    return res, out, second
 
 
 def test_every_failure_restarts_and_the_job_ends_bit_identical(faulty, reference):
-    res, out = faulty
+    res, out, _ = faulty
     digests, losses = reference
-    assert res.restarts == 4
+    assert res.restarts == 5
     assert res.final == digests                         # weights, AdamW state and step count
     assert digests["steps"] == JOB.steps
     assert read_log(out)["losses"] == losses           # every step, the redone ones too
 
 
 def test_random_kills_resume_from_the_last_checkpoint_before_them(faulty):
-    res, _ = faulty
+    res, *_ = faulty
     assert KILLS[0].step < KILLS[1].step <= 8
     for i, kill in enumerate(KILLS):                  # attempt i was killed during step kill.step
         assert res.last_step[i] == kill.step - 1       # nobody finishes the step a rank died in
@@ -54,7 +69,7 @@ def test_random_kills_resume_from_the_last_checkpoint_before_them(faulty):
 
 
 def test_a_save_killed_midway_is_never_loaded(faulty):
-    res, _ = faulty
+    res, *_ = faulty
     cut = len(KILLS)                                   # the attempt whose save of step 9 was cut
     assert res.last_step[cut] == SAVE_CUT.step         # it trained step 9, then died in the save
     assert res.incomplete_seen[cut + 1] == [SAVE_CUT.step]   # the partial directory was there...
@@ -63,12 +78,90 @@ def test_a_save_killed_midway_is_never_loaded(faulty):
 
 
 def test_a_hang_in_a_collective_is_caught_by_the_process_group_timeout(faulty):
-    res, _ = faulty
+    res, *_ = faulty
     hung = len(KILLS) + 1
     assert res.last_step[hung] == HANG.step - 1 and res.resumed_from[hung + 1] == 9
     # the peer waited out the timeout before failing: the gap holds at least that long
     assert res.restart_seconds[hung] >= PG_TIMEOUT_S
     assert "timed out" in res.output.lower() or "timeout" in res.output.lower()
+
+
+def test_a_corrupted_checkpoint_is_refused_and_the_job_falls_back_once(faulty):
+    res, *_ = faulty
+    rot = len(KILLS) + 2                               # the attempt that flipped a byte of step 12
+    assert res.last_step[rot] == ROT.step and res.resumed_from[rot + 1] == ROT.step - JOB.ckpt_every
+    assert res.refused[rot + 1] == [f"{res.refused[rot + 1][0].split('/ckpt/')[0]}/ckpt/step_000012/"
+                                    "__1_0.distcp does not match its SHA-256 in COMPLETE: corrupt or replaced"]
+    assert all(not r for i, r in enumerate(res.refused) if i != rot + 1)
+
+
+def test_retention_keeps_the_last_three_checkpoints_by_default(faulty):
+    _, out, _ = faulty
+    assert sorted(p.name for p in (out / "ckpt").glob("step_*")) == ["step_000006", "step_000009", "step_000012"]
+
+
+def test_a_second_copy_of_the_job_is_refused_the_folder_while_the_first_runs(faulty):
+    _, out, second = faulty
+    assert second.returncode != 0
+    assert f"FolderInUseError: checkpoint folder {out / 'ckpt'}" in second.output
+    assert repr(job_id(JOB)) in second.output          # it names the job that holds the folder
+    # refused once: no restart can fix it, so the agent was stopped instead of trying again
+    assert second.output.count("job refused: FolderInUseError") == 1
+
+
+# ------------------------------------------------------------------ checkpoints broken five ways
+ROTTEN = {12: ("flip", "__1_0.distcp", "does not match its SHA-256"),
+          10: ("swap", "__1_0.distcp", "does not match its SHA-256"),
+          8: ("trunc", "__1_0.distcp", "truncated"),
+          6: ("meta", ".metadata", "does not match its SHA-256"),
+          4: ("delete", "__1_0.distcp", "is missing")}
+
+
+@pytest.fixture(scope="module")
+def rotten(tmp_path_factory):
+    """The job under torchrun with a checkpoint every 2 steps; then its five newest checkpoints
+    are broken, one way each, and the job is launched again on them."""
+    from course_lib.faults.dcp_demo import checkpoint_dir
+    from course_lib.faults.integrity import damage
+    out = tmp_path_factory.mktemp("rotten")
+    job = replace(JOB, ckpt_every=2, keep_last=6)
+    assert run_job(out, job, max_restarts=0).returncode == 0
+    (out / "log.jsonl").rename(out / "first.jsonl")
+    for step, (how, _, _) in ROTTEN.items():
+        damage(checkpoint_dir(out / "ckpt", step), how, rank=1, older=checkpoint_dir(out / "ckpt", step - 2))
+    res = run_job(out, replace(job, keep_last=2, keep_every=4), max_restarts=3)
+    assert res.returncode == 0, res.output[-3000:]
+    return res, out
+
+
+@pytest.mark.parametrize("step", sorted(ROTTEN, reverse=True))
+def test_each_kind_of_broken_checkpoint_is_refused_naming_the_file(rotten, step):
+    res, out = rotten
+    how, name, words = ROTTEN[step]
+    reason = res.refused[0][sorted(ROTTEN, reverse=True).index(step)]   # newest first
+    assert reason.startswith(f"{out}/ckpt/step_{step:06d}/{name} ") and words in reason, (how, reason)
+
+
+def test_the_job_falls_back_past_them_once_and_ends_bit_identical(rotten, reference):
+    res, out = rotten
+    assert res.restarts == 0 and res.resumed_from == [2]   # no crash loop: one start, one fallback
+    assert len(res.refused[0]) == len(ROTTEN)
+    assert res.final == reference[0]
+    # retention kept the last 2 and the multiples of 4; the broken ones were replaced on the way
+    assert sorted(p.name for p in (out / "ckpt").glob("step_*")) == [
+        "step_000004", "step_000008", "step_000010", "step_000012"]
+
+
+def test_another_job_is_refused_the_folder_and_it_is_left_as_it_was(rotten):
+    from course_lib.faults.integrity import file_sha256
+    _, out = rotten
+    before = {p: file_sha256(p) for p in (out / "ckpt").rglob("*") if p.is_file()}
+    other = run_job(out, replace(JOB, seed=1), max_restarts=3)          # another seed: another job
+    assert other.returncode != 0
+    assert (f"checkpoint folder {out / 'ckpt'} belongs to job {job_id(JOB)!r}, not to this job "
+            f"{job_id(replace(JOB, seed=1))!r}") in other.output
+    assert other.output.count("job refused: ForeignFolderError") == 1
+    assert {p: file_sha256(p) for p in (out / "ckpt").rglob("*") if p.is_file()} == before
 
 
 def test_a_job_saving_asynchronously_resumes_to_the_same_bits(tmp_path, reference):

@@ -1,8 +1,10 @@
 """Chapter 12, failures at scale: the failure arithmetic (``arithmetic``: MTBF, checkpoint
 interval, goodput, checkpoint sizes and save times) and, in their own modules, the real runs on
 CPU processes — an elastic ``torchrun`` job that survives SIGKILL (``elastic``, launched and read
-back by ``jobs``), sharded and asynchronous ``torch.distributed.checkpoint`` saves (``dcp_demo``),
-a straggler monitor (``monitor``) and a small job for practising resume-from-checkpoint, with the
+back by ``jobs``, its faults in ``inject``), sharded and asynchronous ``torch.distributed.checkpoint``
+saves (``checkpointer``, demos in ``dcp_demo``) that are verified against their files' digests
+before loading, kept in a folder one job owns and pruned by a retention policy (``integrity``), a
+straggler monitor (``monitor``) and a small job for practising resume-from-checkpoint, with the
 harness that kills it (``drill``)."""
 from .arithmetic import (LLAMA3, async_blocking_seconds, checkpoint_bytes_per_rank, cluster_mtbf,
                          daly_checkpoint_interval, expected_lost_seconds, goodput, goodput_exponential,

@@ -5,25 +5,33 @@
 (``fully_shard``) on gloo and checkpoints it with DCP every ``ckpt-every`` steps
 (:class:`~course_lib.faults.dcp_demo.ShardedCheckpointer`). When a rank dies, torch's elastic agent
 stops the other ranks and starts the whole group again (``TORCHELASTIC_RESTART_COUNT`` counts the
-attempts); the new ranks resume from the last *complete* checkpoint. Everything a step depends on
-is in that checkpoint: the weights and AdamW state, the step, and the data loader's position and
-random generator, so the resumed job computes exactly the same updates and ends with weights
+attempts); the new ranks resume from the last *complete* checkpoint that verifies. Everything a
+step depends on is in that checkpoint: the weights and AdamW state, the step, and the data
+loader's position and random generator, so the resumed job computes exactly the same updates and ends with weights
 bit-identical to a run that never failed. Work since that checkpoint is lost and redone.
 
 Faults are injected on purpose, one per attempt (fault ``i`` fires in attempt ``i``):
 ``kill:S:R`` SIGKILLs rank R in the middle of step S (after its backward pass), ``save:S:R``
 SIGKILLs rank R inside the save of step S after it wrote its shard (a partial checkpoint), and
 ``hang:S:R`` makes rank R stop responding before step S, which the process-group timeout turns
-into an error and a restart. :func:`run_job` launches the job from Python and reads back what
+into an error and a restart. ``flip``, ``swap``, ``trunc``, ``meta`` and ``delete`` (``:S:R``)
+make rank R break the checkpoint of step S once it is complete (a flipped byte in its shard, its
+shard replaced by the previous checkpoint's, cut to half, DCP's ``.metadata`` flipped, the shard
+deleted: ``integrity.damage``) and then SIGKILL itself: the restarted job refuses that
+checkpoint, naming the file, and resumes from the one before. The checkpoint folder belongs to
+the job :func:`job_id` names (its seed, model, learning rate and batch): a relaunch of the same
+job resumes it; another job, or a second copy running at the same time, is refused. :func:`run_job` launches the job from Python and reads back what
 happened (``course_lib.faults.monitor`` has the straggler monitor and the hang demo).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,36 +46,18 @@ from ..corpus import get_batch
 from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
 from .dcp_demo import ShardedCheckpointer, checkpoint_dir, full_digests, incomplete_steps
+from .inject import DAMAGES, FAULT_KINDS, Fault, _DyingWriter, _sigkill_self  # noqa: F401 - Fault is public here
+from .integrity import ForeignFolderError, FolderInUseError, damage
 
-__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "WindowLoader", "TrainState", "build_state", "train_step", "train"]
+__all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "job_id", "WindowLoader", "TrainState", "build_state", "train_step",
+           "train"]
 
 DEMO_CONFIG = {"vocab_size": 64, "seq_len": 16, "n_layers": 2, "n_heads": 2, "d_model": 32}
-FAULT_KINDS = ("kill", "save", "hang")
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A failure to inject: ``kind`` (kill | save | hang) hits rank ``rank`` at step ``step``."""
-
-    kind: str
-    step: int
-    rank: int
-
-    @classmethod
-    def parse(cls, text: str) -> Fault:
-        """``"kill:5:1"`` -> Fault("kill", 5, 1)."""
-        kind, step, rank = text.split(":")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"fault kind must be one of {FAULT_KINDS}, got {kind!r}")
-        return cls(kind, int(step), int(rank))
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.step}:{self.rank}"
-
-
 @dataclass(frozen=True)
 class JobConfig:
-    """What the job trains and how it checkpoints; ``faults[i]`` fires in attempt ``i``."""
+    """What the job trains and how it checkpoints; ``faults[i]`` fires in attempt ``i``. ``keep_last``
+    and ``keep_every`` are the checkpoints' retention (``ShardedCheckpointer``); ``run_id``
+    names the job that owns the checkpoint folder (None: :func:`job_id`)."""
 
     steps: int = 12
     ckpt_every: int = 3
@@ -78,14 +68,27 @@ class JobConfig:
     faults: tuple[Fault, ...] = ()
     async_save: bool = False
     timeout_s: float = 30.0     # the process-group timeout: how long a collective may wait
+    keep_last: int = 3
+    keep_every: int | None = None
+    run_id: str | None = None
 
     def argv(self, out: str | Path) -> list[str]:
         """The command-line arguments that make ``python -m course_lib.faults.elastic`` run this."""
         args = ["--out", str(out), "--steps", str(self.steps), "--ckpt-every", str(self.ckpt_every),
                 "--global-batch", str(self.global_batch), "--seed", str(self.seed), "--lr", repr(self.lr),
-                "--model", json.dumps(self.model), "--timeout", repr(self.timeout_s)]
+                "--model", json.dumps(self.model), "--timeout", repr(self.timeout_s), "--keep-last",
+                str(self.keep_last)]
+        args += ["--keep-every", str(self.keep_every)] if self.keep_every else []
+        args += ["--run-id", self.run_id] if self.run_id else []
         args += [a for f in self.faults for a in ("--fault", str(f))]
         return args + (["--async-save"] if self.async_save else [])
+
+
+def job_id(job: JobConfig) -> str:
+    """The id of the training a job config defines: what its checkpoints depend on (seed, model,
+    learning rate, batch), not how long it runs, how often it saves, or its faults."""
+    what = json.dumps([job.seed, job.lr, job.global_batch, job.model], sort_keys=True)
+    return "gpt-" + hashlib.sha256(what.encode()).hexdigest()[:12]
 
 
 def demo_tokens(vocab_size: int, n: int, seed: int) -> torch.Tensor:
@@ -139,20 +142,6 @@ class TrainState:
         self.step = int(state["step"])
 
 
-def _sigkill_self() -> None:
-    """Die at once, as on a hardware fault: no exception, no cleanup, no goodbye to the peers."""
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-class _DyingWriter(FileSystemWriter):
-    """A DCP writer whose rank SIGKILLs itself right after writing its shard: a save cut short."""
-
-    def write_data(self, plan, planner):
-        future = super().write_data(plan, planner)
-        future.wait()
-        _sigkill_self()
-
-
 def build_state(job: JobConfig, group: dist.ProcessGroup) -> TrainState:
     """The FSDP2-sharded GPT, its AdamW and its loader, identical on every attempt."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -202,12 +191,14 @@ def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group:
     mine = fault if fault is not None and fault.rank == rank else None
     doomed = str(checkpoint_dir(out / "ckpt", mine.step)) if mine and mine.kind == "save" else None
     writer = lambda path: (_DyingWriter if path == doomed else FileSystemWriter)(path)  # noqa: E731
-    ckpt = ShardedCheckpointer(out / "ckpt", ckpt_group, use_async=job.async_save, storage_writer=writer)
+    ckpt = ShardedCheckpointer(out / "ckpt", ckpt_group, run_id=job.run_id or job_id(job), keep_last=job.keep_last,
+                               keep_every=job.keep_every, use_async=job.async_save, storage_writer=writer)
     log = _Log(out / "log.jsonl", attempt) if rank == 0 else None
     state = build_state(job, group)
     start = ckpt.latest()
     if log:
-        log("start", resumed_from=start or 0, incomplete=incomplete_steps(out / "ckpt"), world=world)
+        log("start", resumed_from=start or 0, incomplete=incomplete_steps(out / "ckpt"), world=world,
+            refused=ckpt.refused)
     if start is not None:
         ckpt.load({"train": state}, start)
     while state.step < job.steps:
@@ -222,7 +213,13 @@ def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group:
             blocked = ckpt.save({"train": state}, step)
             if log:
                 log("saved", step=step, blocking_s=round(blocked, 6))
-    ckpt.wait()
+            if fault is not None and fault.kind in DAMAGES and step == fault.step:
+                ckpt.wait()                        # on every rank: the checkpoint is complete
+                if mine:
+                    damage(checkpoint_dir(out / "ckpt", step), mine.kind, rank, checkpoint_dir(
+                        out / "ckpt", step - job.ckpt_every))
+                    _sigkill_self()
+    ckpt.close()
     weights = get_model_state_dict(state.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     result = full_digests(state)
     if rank == 0:
@@ -255,9 +252,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[JobConfig, Path]:
     p.add_argument("--timeout", type=float, default=30.0, help="process-group timeout, seconds")
     p.add_argument("--fault", action="append", default=[], type=Fault.parse, help="kind:step:rank")
     p.add_argument("--async-save", action="store_true")
+    p.add_argument("--keep-last", type=int, default=3, help="retention: the newest checkpoints kept")
+    p.add_argument("--keep-every", type=int, default=None, help="retention: steps whose multiples are kept")
+    p.add_argument("--run-id", default=None, help="the job owning the checkpoint folder (default: job_id)")
     a = p.parse_args(argv)
     job = JobConfig(a.steps, a.ckpt_every, a.global_batch, a.seed, a.lr, a.model, tuple(a.fault),
-                    a.async_save, a.timeout)
+                    a.async_save, a.timeout, a.keep_last, a.keep_every, a.run_id)
     return job, a.out
 
 
@@ -287,6 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_group = dist.new_group(backend="gloo", timeout=timeout)
     try:
         train(job, out, dist.group.WORLD, ckpt_group, attempt)
+    except (ForeignFolderError, FolderInUseError) as e:
+        # no restart can fix this: rank 0 says why, then asks torchrun's agent to stop, not restart
+        if os.environ.get("TORCHELASTIC_RUN_ID") and dist.get_rank() == 0:
+            print(f"job refused: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            os.kill(os.getppid(), signal.SIGTERM)
+        raise
     finally:
         dist.destroy_process_group()
     return 0

@@ -33,7 +33,8 @@ class ElasticResult:
     """One elastic run, as the agent's exit status and rank 0's event log tell it.
 
     Lists indexed by attempt: ``resumed_from`` (0 = fresh start), ``last_step`` (the last step
-    rank 0 finished), ``incomplete_seen`` (checkpoints without marker found at start). Lists
+    rank 0 finished), ``incomplete_seen`` (checkpoints without marker found at start),
+    ``refused`` (why each newer checkpoint found at start failed verification). Lists
     indexed by failure: ``steps_redone`` (last step finished before it minus the step resumed
     from after it; a step cut short by the failure is not counted), ``lost_seconds`` (the
     training time those steps took: from finishing the resumed step to the last step finished
@@ -50,6 +51,7 @@ class ElasticResult:
     final: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     output: str = ""
+    refused: list[list[str]] = field(default_factory=list)
 
     @property
     def restarts(self) -> int:
@@ -81,6 +83,7 @@ def read_log(out: str | Path) -> dict:
     done = [e for e in events if e["event"] == "done"]
     return {"resumed_from": resumed, "last_step": last,
             "incomplete_seen": [starts[a]["incomplete"] for a in attempts],
+            "refused": [starts[a].get("refused", []) for a in attempts],
             "steps_redone": [last[i] - resumed[i + 1] for i in range(len(attempts) - 1)],
             "restart_seconds": gaps, "lost_seconds": lost,
             "final": {k: v for k, v in done[-1].items() if k.endswith("sha256") or k == "steps"} if done else {},
@@ -132,7 +135,7 @@ def run_job(out: str | Path, job: JobConfig = JobConfig(), *, nproc: int = 2, ma
     return ElasticResult(proc.returncode, log.get("resumed_from", []), log.get("last_step", []),
                          log.get("incomplete_seen", []), log.get("steps_redone", []),
                          log.get("restart_seconds", []), log.get("lost_seconds", []), log.get("final", {}),
-                         round(time.monotonic() - t0, 3), text)
+                         round(time.monotonic() - t0, 3), text, log.get("refused", []))
 
 
 def _reference_worker(ctx, job: JobConfig, out: str) -> dict:
