@@ -186,3 +186,15 @@ def test_jobs_must_not_be_negative(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         cli(["grade", str(tmp_path), "--jobs", "-1"])
     assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_skipped_names_cannot_drive_the_terminal(tmp_path, capsys):
+    """A class folder with nothing to grade: usage error, and the skipped entry's name is printed
+    with its control characters escaped."""
+    from course_lib.grading.runner import grade_dir
+
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "evil\x1b[2J.txt").write_text("x")
+    assert grade_dir(tmp_path / "class", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "skipped evil\\x1b[2J.txt: not a notebook" in err and "\x1b" not in err

@@ -73,9 +73,15 @@ def number(x: float) -> str:
     return "0" if text in ("", "-0") else text
 
 
+def printable(text: str) -> str:
+    """``text`` with control (and other non-printable) characters written as ``\\xNN``: a file
+    name shown on a terminal or in a report cannot move the cursor or start a heading."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def safe_id(text: str) -> str:
     """A student id as a cell: control characters as ``\\xNN``, a formula-looking id defused."""
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    text = printable(text)
     return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
@@ -104,7 +110,7 @@ def students_table(grades: list[NotebookGrade]) -> list[str]:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip() for r in [head, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines += [f"  note ({safe_id(s.student)}): {n}" for s in totals for n in s.notes]
+    lines += [f"  note ({safe_id(s.student)}): {printable(n)}" for s in totals for n in s.notes]
     return lines
 
 
@@ -118,7 +124,7 @@ def students_markdown(grades: list[NotebookGrade], md) -> list[str]:
         cells = [number(s.scores[c]) if c in s.scores else "–" for c in cols]
         lines.append(f"| {md(safe_id(s.student))} | " + " | ".join(cells) +
                      f" | {number(s.total)} | {number(s.total_points)} | {s.percent:.1f} |")
-    lines += [f"- {md(safe_id(s.student))}: {md(n)}" for s in totals for n in s.notes]
+    lines += [f"- {md(safe_id(s.student))}: {md(printable(n))}" for s in totals for n in s.notes]
     return lines
 
 

@@ -70,7 +70,7 @@ def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] 
     lines += ["", "per student:", *gradebook.students_table(grades)]
     if skipped:
         lines += ["", f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} of the class folder:"]
-        lines += [f"  {gradebook.safe_id(s.entry)}: {s.reason}" for s in skipped]
+        lines += [f"  {gradebook.printable(s.entry)}: {s.reason}" for s in skipped]
     n_fail = sum(g.percent < pass_mark for g in grades)
     lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
     return "\n".join(lines)
@@ -93,7 +93,7 @@ def summary_markdown(grades: list[NotebookGrade], pass_mark: float, skipped: lis
     lines += ["", "## Students", "", *gradebook.students_markdown(grades, _md)]
     if skipped:
         lines += ["", "## Skipped", "", "| entry | reason |", "|---|---|"]
-        lines += [f"| {_md(gradebook.safe_id(s.entry))} | {_md(s.reason)} |" for s in skipped]
+        lines += [f"| {_md(gradebook.printable(s.entry))} | {_md(s.reason)} |" for s in skipped]
     lines += ["", "## Questions"]
     lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
     for g in grades:

@@ -35,6 +35,7 @@ from course_lib.grading.classroom import Submission, default_jobs, discover, gra
 from course_lib.grading._notebook import source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
+from course_lib.grading.gradebook import printable
 from course_lib.grading.question import Question
 from course_lib.grading.reports import NotebookGrade, Row, write_reports
 from course_lib.grading.sandbox import STARTUP_LIMIT, Sandbox
@@ -307,7 +308,7 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
         return 2
     subs, skipped = discover(directory, lambda name: opts.chapter or chapter_for(name))
     for s in skipped:
-        print(f"skipped {s.entry}: {s.reason}", file=sys.stderr)
+        print(f"skipped {printable(s.entry)}: {s.reason}", file=sys.stderr)
     if not subs:
         print(f"no notebooks (*.ipynb) in {directory} or its student folders", file=sys.stderr)
         return 2
