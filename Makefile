@@ -9,15 +9,17 @@ SUBMISSIONS ?= exercises
 
 NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 
-.PHONY: help venv book book-strict test test-notebooks lab grade exercises bench gpu-check gpu-labs clean
+.PHONY: help venv book book-strict test test-notebooks lab grade exercises handout bench bench-grading gpu-check gpu-labs clean
 
 help:
 	@echo "make book   build the website into _build/html (works offline)"
 	@echo "make test   the whole test suite: unit, notebooks (nbval), grader, book build, browser site test"
 	@echo "make lab    open JupyterLab on the course (labs, exercises, solutions)"
 	@echo "make test-notebooks CPU=default   the notebooks under one CPU kernel path (default, avx2, avx512)"
-	@echo "make grade  grade the notebooks in SUBMISSIONS=$(SUBMISSIONS) (PASS_MARK=$(PASS_MARK))"
-	@echo "make bench  notebook run times and the measured-vs-theory ratios the book quotes"
+	@echo "make book SOLUTIONS=0   the same site without the solutions pages (for a graded term)"
+	@echo "make grade  grade a class: SUBMISSIONS=$(SUBMISSIONS) holds student folders and/or notebooks (PASS_MARK=$(PASS_MARK), JOBS_GRADE=one per core)"
+	@echo "make handout DEST=../course-students   the students' course: no solutions/, tests/; README, Makefile, book for students"
+	@echo "make bench  notebook run times, the measured-vs-theory ratios the book quotes, the time to grade 30 submissions"
 	@echo "make gpu-check / gpu-labs   on an N-GPU box: NCCL all-reduce check and bandwidth; run every lab"
 
 $(VENV_OK): requirements.txt pyproject.toml
@@ -68,8 +70,11 @@ lab: $(VENV_OK)
 
 # make itself exits 2 whenever a recipe fails; the line below names the grader's own status
 # (1: a notebook below the pass mark, 2: usage error). CI should call the grader directly.
+# SUBMISSIONS is a class folder: one folder per student and/or flat notebooks; JOBS_GRADE notebooks
+# are graded at once (0: one per core). Reports, gradebook.csv included, go to build/grades.
+JOBS_GRADE ?= 0
 grade: $(VENV_OK)
-	@$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK); rc=$$?; \
+	@$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK) --jobs $(JOBS_GRADE); rc=$$?; \
 	  [ $$rc -eq 0 ] || echo "grader exit status $$rc ($$( [ $$rc -eq 1 ] && echo 'a notebook is below the pass mark' || echo 'usage error'))"; \
 	  exit $$rc
 
@@ -85,6 +90,15 @@ gpu-labs: $(VENV_OK)
 
 bench: $(VENV_OK)
 	$(PY) -m course_lib.bench
+
+# only the time to grade a class of 30 submissions (written to build/bench-grading.json)
+bench-grading: $(VENV_OK)
+	$(PY) -m course_lib.bench --only grading --out build/bench-grading.json
+
+# the students' course for a graded term (docs/GRADING.md, "Where the masters live")
+DEST ?= ../course-students
+handout: $(VENV_OK)
+	$(PY) -m course_lib.grading handout $(DEST)
 
 clean:
 	rm -rf _build build

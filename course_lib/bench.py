@@ -2,20 +2,27 @@
 
 Prints (1) each lab and solutions notebook's execution time on this machine against the 90 s
 budget, (2) the ratios the book quotes, each measured now by the same library calls the labs make,
-and optionally (3) the wall time of the whole test suite (``--tests``). Results also go to
-``build/bench.json`` so a CI job can keep them.
+(3) the time to grade a class of 30 submissions (chapter 1, half masters, half untouched exercises:
+each sandboxed and executed in full) on this machine's cores, and optionally (4) the wall time of
+the whole test suite (``--tests``). ``--only grading`` (``make bench-grading``) runs one part.
+Results also go to ``build/bench.json`` so a CI job can keep them.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 90.0
+PARTS = ("notebooks", "ratios", "grading")
 
 
 def time_notebook(path: Path, timeout: float = 600) -> float:
@@ -126,21 +133,65 @@ def _pipeline_rows() -> list[tuple[str, float, str]]:
     return rows
 
 
+def time_grading(n_students: int = 30, *, master: Path | None = None, exercise: Path | None = None,
+                 filename: str = "01_flops.ipynb", opts=None) -> dict:
+    """Grade a class of ``n_students`` folders, one notebook each (``master`` for even students,
+    ``exercise`` for odd ones; default chapter 1's), with the grader's defaults (one worker per
+    core); return what it took. The class and its reports live in a temporary folder."""
+    from .grading.classroom import default_jobs
+    from .grading.runner import Options, grade_dir
+    master = master or ROOT / "solutions" / filename
+    exercise = exercise or ROOT / "exercises" / filename
+    opts = opts or Options(seed=0)
+    with tempfile.TemporaryDirectory(prefix="course-bench-class-") as tmp:
+        cls, out = Path(tmp) / "class", Path(tmp) / "grades"
+        for i in range(n_students):
+            (cls / f"student{i:02d}").mkdir(parents=True)
+            shutil.copyfile(master if i % 2 == 0 else exercise, cls / f"student{i:02d}" / filename)
+        table = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(table):
+            rc = grade_dir(cls, out, opts=opts)
+        seconds = time.perf_counter() - t0
+        data = json.loads((out / "grades.json").read_text())
+    per = [n["percent"] for n in data["notebooks"]]
+    return {"submissions": len(per), "jobs": opts.jobs or default_jobs(), "seconds": round(seconds, 1),
+            "seconds_per_submission": round(seconds / max(1, len(per)), 2), "exit": rc,
+            "full_marks": sum(p == 100.0 for p in per), "zero": sum(p == 0.0 for p in per)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__)
     ap.add_argument("--tests", action="store_true", help="also time the whole test suite (make test)")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "bench.json")
+    ap.add_argument("--only", choices=PARTS, action="append",
+                    help="run only this part (repeatable; default: all three)")
+    ap.add_argument("--class-size", type=int, default=30, help="submissions in the grading part (default 30)")
     args = ap.parse_args(argv)
-    report: dict = {"notebooks": {}, "ratios": [], "test_seconds": None}
-    paths = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
-    print("notebook execution times (budget 90 s each)")
-    report["notebooks"], failed = time_notebooks(paths)
-    print("\nmeasured / theory")
-    for what, ratio, how in ratios():
-        if ratio != ratio:  # NaN marks a chapter whose measurement failed
-            failed.append(what)
-        report["ratios"].append({"what": what, "ratio": None if ratio != ratio else ratio, "how": how})
-        print(f"  {what:58s} {ratio:8.3f}  ({how})")
+    parts = args.only or list(PARTS)
+    report: dict = {"notebooks": {}, "ratios": [], "grading": None, "test_seconds": None}
+    failed: list[str] = []
+    if "notebooks" in parts:
+        paths = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+        print("notebook execution times (budget 90 s each)")
+        report["notebooks"], failed = time_notebooks(paths)
+    if "ratios" in parts:
+        print("\nmeasured / theory")
+        for what, ratio, how in ratios():
+            if ratio != ratio:  # NaN marks a chapter whose measurement failed
+                failed.append(what)
+            report["ratios"].append({"what": what, "ratio": None if ratio != ratio else ratio, "how": how})
+            print(f"  {what:58s} {ratio:8.3f}  ({how})")
+    if "grading" in parts:
+        if not (ROOT / "solutions").is_dir():
+            print("\ngrading a class: skipped (no solutions/ here: the students' course)")
+        else:
+            print(f"\ngrading a class of {args.class_size} submissions (chapter 1) ...", flush=True)
+            g = report["grading"] = time_grading(args.class_size)
+            print(f"  {g['submissions']} submissions on {g['jobs']} worker(s): {g['seconds']} s "
+                  f"({g['seconds_per_submission']} s each); {g['full_marks']} full marks, {g['zero']} at 0")
+            if g["full_marks"] + g["zero"] != g["submissions"]:
+                failed.append("grading: a master or an exercise got a partial score")
     if args.tests:
         t0 = time.perf_counter()
         rc = subprocess.call(["make", "test"], cwd=ROOT)

@@ -127,8 +127,9 @@ def _build_book() -> BookBuild:
 # Test files that need the built book. Under pytest-xdist they run last, while the book is built
 # in the background from the start of the run (see pytest_sessionstart), so no worker sits waiting.
 # the longest first, so it is not the last file left running on one worker while the other idles
-BOOK_TEST_FILES = ("test_site.py", "test_site_calculators.py", "test_book.py", "test_site_static.py",
-                   "test_claims.py")
+# (test_handout.py builds the students' site, reusing this build's jupyter cache once it is done)
+BOOK_TEST_FILES = ("test_handout.py", "test_site.py", "test_site_calculators.py", "test_book.py",
+                   "test_site_static.py", "test_claims.py")
 BOOK_JOB_ENV = "COURSE_BOOK_JOB"   # set by the xdist controller: where the background build reports
 
 

@@ -22,3 +22,22 @@ def test_a_failing_notebook_is_reported_and_the_rest_still_run(tmp_path, capsys)
     assert isinstance(times["b_good.ipynb"], float)
     out = capsys.readouterr().out
     assert "a_bad.ipynb" in out and "FAILED" in out and "b_good.ipynb" in out
+
+
+def test_grading_a_class_is_timed(monkeypatch):
+    """make bench's grading part, on a class of two (the 30-submission run is make bench's own)."""
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    from course_lib.grading.runner import Options
+    if shutil.which("bwrap") is None:
+        pytest.skip("the grader needs bubblewrap")
+    fix = Path(__file__).parent / "fixtures" / "grading"
+    monkeypatch.syspath_prepend(str(fix))
+    got = bench.time_grading(2, master=fix / "solutions" / "fx_grading.ipynb",
+                             exercise=fix / "exercises" / "fx_grading.ipynb", filename="fx_grading.ipynb",
+                             opts=Options(seed=1, chapter="fx_grading", bank="grading_fixture_bank", jobs=2))
+    assert (got["submissions"], got["jobs"], got["full_marks"], got["zero"], got["exit"]) == (2, 2, 1, 1, 1)
+    assert got["seconds"] > 0 and 0 < got["seconds_per_submission"] <= got["seconds"]

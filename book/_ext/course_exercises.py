@@ -9,7 +9,9 @@
   are not touched.
 * ``SOLUTIONS=0`` in the environment (``make book SOLUTIONS=0``) builds the site with no solutions
   pages at all: the TOC loses them (``filter_toc``), ``{answers}`` renders nothing, and any other
-  link to a solutions page renders as its plain text, so no link dangles.
+  link to a solutions page renders as its plain text, so no link dangles. A source tree without
+  ``solutions/`` (the students' course that ``python -m course_lib.grading handout`` writes) builds
+  the same way, whatever ``SOLUTIONS`` says.
 """
 from __future__ import annotations
 
@@ -102,7 +104,8 @@ def _on_source_read(app: Sphinx, docname: str, source: list[str]) -> None:
 def _on_config_inited(app: Sphinx, config: Config) -> None:
     """Runs before sphinx-external-toc reads the TOC (priority 900): without solutions, point it
     at a filtered copy written under the build folder."""
-    config.course_solutions = solutions_enabled()
+    # a tree without solutions/ (the students' handout) builds as SOLUTIONS=0: no {answers} link dangles
+    config.course_solutions = solutions_enabled() and (Path(app.srcdir) / SOLUTIONS_DIR).is_dir()
     if config.course_solutions or "external_toc_path" not in config:
         return
     path = Path(config.external_toc_path)
@@ -113,7 +116,7 @@ def _on_config_inited(app: Sphinx, config: Config) -> None:
     out.write_text(yaml.safe_dump(toc, sort_keys=False, allow_unicode=True), encoding="utf-8")
     config.external_toc_path = str(out)
     config.exclude_patterns = [*config.exclude_patterns, f"{SOLUTIONS_DIR}/**"]
-    logger.info("[course_exercises] SOLUTIONS=0: building without the solutions pages")
+    logger.info("[course_exercises] building without the solutions pages (SOLUTIONS=0 or no solutions/)")
 
 
 def answers_role(name, rawtext, text, lineno, inliner, options=None, content=None):  # noqa: ARG001

@@ -2,9 +2,15 @@
 
     python -m course_lib.grading generate SRC DST [--check]
     python -m course_lib.grading handout DEST [--repo .]
-    python -m course_lib.grading grade DIR --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
+    python -m course_lib.grading check [NOTEBOOK|DIR ...] [--timeout-cell 120]
+    python -m course_lib.grading grade CLASS --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
         [--timeout-notebook 300] [--chapter ID [--bank MODULE]] [--feedback graded|practice]
-        [--seed N] [--solutions DIR]
+        [--seed N] [--solutions DIR] [--jobs N]
+
+``grade`` takes a class folder: one folder per student (``CLASS/alice/01_flops.ipynb``) and/or
+flat notebooks (``CLASS/alice-01_flops.ipynb``); it says which entries it skipped and why, grades
+``--jobs`` notebooks at once (default: one per core) and writes ``gradebook.csv`` (one row per
+student) beside ``grades.json``, ``summary.md`` and ``junit.xml``.
 
 Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error.
 """
@@ -25,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("dst", type=Path, help="output notebook or folder")
     g.add_argument("--check", action="store_true",
                    help="write nothing; exit 1 listing the files that differ from what would be generated")
-    r = sub.add_parser("grade", help="execute and grade every notebook in a folder")
-    r.add_argument("dir", type=Path)
+    r = sub.add_parser("grade", help="execute and grade a class: student folders and/or notebooks")
+    r.add_argument("dir", type=Path, metavar="CLASS",
+                   help="class folder: CLASS/STUDENT/NN_topic.ipynb and/or CLASS/[name-]NN_topic.ipynb")
     r.add_argument("--out", type=Path, default=Path("build/grades"), help="report folder (default build/grades)")
     r.add_argument("--pass-mark", type=float, default=60.0, help="percent needed to pass (default 60)")
     r.add_argument("--timeout-cell", type=float, default=60.0, help="seconds per cell (default 60)")
@@ -38,20 +45,34 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--seed", type=int, default=None, help="seed of the inputs drawn for function questions (default: random, stored in grades.json)")
     r.add_argument("--solutions", type=Path, default=None,
                    help="folder of master notebooks: flag submissions whose solution cells copy them")
-    h = sub.add_parser("handout", help="the students' copy of the course: without solutions/ and tests/")
+    r.add_argument("--jobs", "-j", type=int, default=0,
+                   help="notebooks graded at once (default: one per core of this machine)")
+    c = sub.add_parser("check", help="students: run exercise notebooks in practice mode and print each question's state")
+    c.add_argument("paths", type=Path, nargs="*", default=[Path("exercises")], help="notebooks or folders (default exercises)")
+    c.add_argument("--timeout-cell", type=float, default=120.0, help="seconds per cell (default 120)")
+    h = sub.add_parser("handout", help="the students' course: no solutions/, tests/ or instructor docs; "
+                       "README, grading notes, Makefile and book TOC written for students")
     h.add_argument("dest", type=Path, help="new folder to write")
     h.add_argument("--repo", type=Path, default=Path("."), help="course repository (default .)")
     a = p.parse_args(argv)
 
+    if a.command == "check":
+        from course_lib.grading import selfcheck
+
+        if a.timeout_cell <= 0:
+            p.error("--timeout-cell must be positive")
+        return selfcheck.main(a.paths, a.timeout_cell)
+
     if a.command == "handout":
-        from course_lib.grading.handout import handout
+        from course_lib.grading.handout import HandoutError, handout
 
         try:
             files = handout(a.repo, a.dest)
-        except (FileExistsError, OSError, subprocess.CalledProcessError) as e:
+        except (FileExistsError, OSError, subprocess.CalledProcessError, HandoutError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print(f"wrote {len(files)} files to {a.dest} (no solutions/, no tests/)")
+        print(f"wrote {len(files)} files to {a.dest}: the students' course (no solutions/, tests/ or "
+              f"instructor docs); build its site with `make book` there")
         return 0
 
     if a.command == "generate":
@@ -83,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("timeouts must be positive")
     if not a.dir.is_dir():
         p.error(f"not a folder: {a.dir}")
+    if a.jobs < 0:
+        p.error("--jobs must be a positive number of workers (or 0: one per core)")
     if a.bank and not a.chapter:
         p.error("--bank needs --chapter")
     if a.solutions is not None and not a.solutions.is_dir():
@@ -91,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
     seed = a.seed if a.seed is not None else secrets.randbits(31)
     opts = Options(timeout_cell=a.timeout_cell, timeout_notebook=a.timeout_notebook, feedback=a.feedback,
-                   seed=seed, chapter=a.chapter, bank=a.bank)
+                   seed=seed, chapter=a.chapter, bank=a.bank, jobs=a.jobs)
     return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, opts=opts, solutions=a.solutions)
 
 

@@ -1,9 +1,23 @@
 """The students' copy of the course for a graded term: ``python -m course_lib.grading handout DEST``.
 
-Copies the files git tracks, except the graded masters (``solutions/``) and the instructor's tests
-(``tests/``), and points what linked to a master (the book's pages and table of contents) at the
-student version in ``exercises/`` of the same name. The course repository itself keeps the masters
-for self-study; grading uses the instructor's checkout, never this copy.
+A student course, not the instructor's with words swapped:
+
+* copied as git tracks them: the book, the labs, ``exercises/``, ``course_lib/``, ``data/``;
+* left out: the graded masters (``solutions/``), the instructor's tests and CI (``tests/``,
+  ``.ci/``), the chapter authors' guide (``CONTRIBUTING.md``) and the instructor's documents
+  (``docs/``);
+* written for students (``handout_files/``): ``README.md``, ``docs/GRADING.md`` (what the grader
+  counts) and a ``Makefile`` with ``book``, ``lab`` and ``check`` (the in-notebook feedback on their
+  exercises, :mod:`course_lib.grading.selfcheck`) and no target that needs what was left out;
+* rebuilt for students: the book's table of contents has an "Exercises" part of the student
+  notebooks where the instructor's has the solutions; ``_config.yml`` stops excluding
+  ``exercises/``; the home page's tables lose the instructor's rows and point at the exercises;
+  links from pages and labs to a master point at its exercise.
+
+Every rewrite of a page checks that what it rewrites is still there and raises
+:class:`HandoutError` otherwise, so a changed page fails ``handout`` (and its test) instead of
+leaving solutions text in the students' site. The course repository keeps the masters for
+self-study; grading uses the instructor's checkout, never this copy.
 """
 from __future__ import annotations
 
@@ -12,9 +26,21 @@ import shutil
 import subprocess
 from pathlib import Path
 
-EXCLUDED = ("solutions/", "tests/")
+import yaml
+
+EXCLUDED = ("solutions/", "tests/", ".ci/", "docs/", "CONTRIBUTING.md")
+TEMPLATES = Path(__file__).with_name("handout_files")
+WRITTEN = {"README.md": "README.md", "docs/GRADING.md": "GRADING.md", "Makefile": "Makefile"}
 _LINK = re.compile(r"(?<![\w/.])(\.\./)?solutions/")
-_REWRITE = (".md", ".yml", ".yaml", ".ipynb")
+_RELINK = (".md", ".ipynb")
+_TOC_HEADER = """\
+# Table of contents of the students' course (written by `python -m course_lib.grading handout`).
+# The book root is the repository root (see book/_config.yml), so paths are relative to it.
+"""
+
+
+class HandoutError(RuntimeError):
+    """A page the handout rewrites no longer has what the rewrite expects."""
 
 
 def tracked_files(repo: Path) -> list[str]:
@@ -27,16 +53,84 @@ def handout(repo: Path, dest: Path) -> list[str]:
     repo, dest = Path(repo).resolve(), Path(dest)
     if dest.exists():
         raise FileExistsError(f"{dest} exists: give a new folder")
-    written = []
-    for rel in tracked_files(repo):
-        if rel.startswith(EXCLUDED) or not (repo / rel).is_file():
-            continue
+    rewrite = {"book/_toc.yml": student_toc, "book/_config.yml": student_config, "book/index.md": student_index}
+    files = [rel for rel in tracked_files(repo)
+             if not rel.startswith(EXCLUDED) and rel not in WRITTEN and (repo / rel).is_file()]
+    texts: dict[str, str] = {}
+    for rel in files:   # every rewrite first: a HandoutError leaves no half-written folder
+        if rel in rewrite:
+            texts[rel] = rewrite[rel]((repo / rel).read_text(encoding="utf-8"))
+        elif rel.endswith(_RELINK) and not rel.startswith("exercises/"):
+            text = (repo / rel).read_text(encoding="utf-8")
+            texts[rel] = _LINK.sub(lambda m: (m.group(1) or "") + "exercises/", text)
+    for rel in files:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel.endswith(_REWRITE) and not rel.startswith("exercises/"):
-            text = (repo / rel).read_text(encoding="utf-8").replace("Exercises — solutions", "Exercises")
-            target.write_text(_LINK.sub(lambda m: (m.group(1) or "") + "exercises/", text), encoding="utf-8")
+        if rel in texts:
+            target.write_text(texts[rel], encoding="utf-8")
         else:
             shutil.copy2(repo / rel, target)
-        written.append(rel)
-    return written
+    for rel, template in WRITTEN.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(TEMPLATES / template, target)
+    return sorted([*files, *WRITTEN])
+
+
+def student_toc(text: str) -> str:
+    """The instructor's TOC with its solutions part replaced by an "Exercises" part listing the
+    student notebooks of the same chapters (in the same order)."""
+    toc = yaml.safe_load(text)
+    found = False
+    for part in toc.get("parts", []):
+        chapters = part.get("chapters", [])
+        if chapters and all(str(c.get("file", "")).startswith("solutions/") for c in chapters):
+            part["caption"] = "Exercises"
+            part["chapters"] = [{"file": "exercises/" + c["file"].split("/", 1)[1]} for c in chapters]
+            found = True
+    if not found:
+        raise HandoutError("book/_toc.yml: no part of solutions/ pages to turn into the Exercises part")
+    if "solutions/" in yaml.safe_dump(toc):
+        raise HandoutError("book/_toc.yml: a solutions page outside the solutions part")
+    return _TOC_HEADER + yaml.safe_dump(toc, sort_keys=False, allow_unicode=True)
+
+
+def student_config(text: str) -> str:
+    """``_config.yml`` without ``exercises`` in the book's ``exclude_patterns`` (the students' TOC
+    lists the exercises as pages); everything else, comments included, as it is."""
+    out, n = re.subn(r"(?m)^(\s*)- exercises\s*\n", "", text, count=1)
+    if n != 1:
+        raise HandoutError("book/_config.yml: no '- exercises' line in exclude_patterns to remove")
+    out = out.replace("notebooks/ and solutions/", "notebooks/ and exercises/")
+    excluded = yaml.safe_load(out).get("exclude_patterns", [])
+    if "exercises" in excluded:
+        raise HandoutError("book/_config.yml: exercises still excluded")
+    return out
+
+
+_INDEX_RULES = (
+    # (pattern, replacement, how many times it must match: None = at least once)
+    (r"(?m)^\| publish the site without answers \|.*\n", "", 1),
+    (r"(?m)^\| grade a class \|.*\n", "", 1),
+    (r"(?m)^\| check everything \| `make test` \|.*$",
+     "| check your exercises | `make check` | runs your exercise notebooks in a fresh kernel, as the "
+     "grader will, and prints what `check(...)` says about each question (`docs/GRADING.md` says what "
+     "the grader counts) |", 1),
+    (r"graded exercises with worked solutions, and the student version of those exercises",
+     "and graded exercises", 1),
+    (r"\| exercises — solutions \| student notebook \|", "| exercises | notebook to download |", 1),
+    (r"\[solutions\]\(\.\./solutions/(\w+)\.ipynb\)", r"[exercises](../exercises/\1.ipynb)", None),
+)
+
+
+def student_index(text: str) -> str:
+    """The home page for students: no rows for the instructor (publishing without answers,
+    grading a class, the test suite), a ``make check`` row, and the course map's exercises column
+    pointing at the exercises pages."""
+    for pattern, repl, times in _INDEX_RULES:
+        text, n = re.subn(pattern, repl, text)
+        if n == 0 or (times is not None and n != times):
+            raise HandoutError(f"book/index.md: expected {times or 'some'} match(es) of {pattern!r}, found {n}")
+    if re.search(r"solution", text, re.I):
+        raise HandoutError("book/index.md: still mentions solutions after the rewrite")
+    return text

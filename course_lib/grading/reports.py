@@ -1,6 +1,8 @@
 """The grades of a folder of notebooks (:class:`NotebookGrade`, one :class:`Row` per question) and
 the reports the runner writes from them: a plain-text table for the terminal, ``summary.md`` for a
-CI job summary, ``junit.xml`` for CI test panels and ``grades.json`` for gradebooks."""
+CI job summary, ``junit.xml`` for CI test panels, ``grades.json`` (everything, strict JSON) and
+``gradebook.csv`` (one row per student, :mod:`course_lib.grading.gradebook`). Every report also
+lists the class folder's entries that were skipped, with the reason."""
 from __future__ import annotations
 
 import json
@@ -9,6 +11,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading import gradebook
+from course_lib.grading.classroom import Skipped
 from course_lib.grading.values import fmt_points
 
 
@@ -33,6 +37,7 @@ class NotebookGrade:
     rows: list[Row] = field(default_factory=list)
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)  # for the instructor (e.g. copied solutions)
+    student: str = ""  # whose notebook it is (the gradebook's row); "" = the notebook's own name
 
     @property
     def points(self) -> float:
@@ -48,7 +53,7 @@ class NotebookGrade:
 
 
 
-def table(grades: list[NotebookGrade], pass_mark: float) -> str:
+def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = ()) -> str:
     head = ("notebook", "question", "points", "score", "message")
     rows = [(g.name, r.qid, fmt_points(r.points), fmt_points(r.score), r.message)
             for g in grades for r in g.rows]
@@ -62,6 +67,10 @@ def table(grades: list[NotebookGrade], pass_mark: float) -> str:
         lines.append(f"{g.name} ({g.chapter}): {fmt_points(g.score)}/{fmt_points(g.points)} points "
                      f"({g.percent:.1f}%) {verdict}")
         lines += [f"  note: {n}" for n in g.notes]
+    lines += ["", "per student:", *gradebook.students_table(grades)]
+    if skipped:
+        lines += ["", f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} of the class folder:"]
+        lines += [f"  {gradebook.printable(s.entry)}: {s.reason}" for s in skipped]
     n_fail = sum(g.percent < pass_mark for g in grades)
     lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
     return "\n".join(lines)
@@ -71,7 +80,7 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def summary_markdown(grades: list[NotebookGrade], pass_mark: float) -> str:
+def summary_markdown(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = ()) -> str:
     lines = [f"# Grades (pass mark {fmt_points(pass_mark)}%)", "",
              "| notebook | chapter | score | points | % | result |", "|---|---|---:|---:|---:|---|"]
     for g in grades:
@@ -81,6 +90,11 @@ def summary_markdown(grades: list[NotebookGrade], pass_mark: float) -> str:
     notes = [f"- {_md(g.name)}: {_md(n)}" for g in grades for n in g.notes]
     if notes:
         lines += ["", "Notes for the instructor:", "", *notes]
+    lines += ["", "## Students", "", *gradebook.students_markdown(grades, _md)]
+    if skipped:
+        lines += ["", "## Skipped", "", "| entry | reason |", "|---|---|"]
+        lines += [f"| {_md(gradebook.printable(s.entry))} | {_md(s.reason)} |" for s in skipped]
+    lines += ["", "## Questions"]
     lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
     for g in grades:
         for r in g.rows:
@@ -102,7 +116,7 @@ def junit_xml(grades: list[NotebookGrade]) -> bytes:
         for k, v in (("chapter", g.chapter), ("score", fmt_points(g.score)),
                      ("points", fmt_points(g.points)), ("percent", f"{g.percent:.1f}")):
             ET.SubElement(props, "property", name=k, value=v)
-        stem = Path(g.name).stem
+        stem = g.name.removesuffix(".ipynb")   # alice/01_flops: two students' 01_flops stay apart
         for r in g.rows:
             tc = ET.SubElement(s, "testcase", classname=f"{stem}.{g.chapter}", name=r.qid, time="0")
             if r.score < r.points:
@@ -114,23 +128,27 @@ def junit_xml(grades: list[NotebookGrade]) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
-def grades_json(grades: list[NotebookGrade], pass_mark: float, **run: object) -> str:
+def grades_json(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = (), **run: object) -> str:
     """Strict JSON (``allow_nan=False``): a NaN anywhere is a bug that fails loudly here."""
-    data = [{"notebook": g.name, "chapter": g.chapter, "score": g.score, "points": g.points,
+    data = [{"notebook": g.name, "student": g.student or g.name, "chapter": g.chapter, "score": g.score, "points": g.points,
              "percent": round(g.percent, 1), "passed": g.percent >= pass_mark, "notes": g.notes,
              "questions": [{"qid": r.qid, "points": r.points, "score": r.score, "message": r.message}
                            for r in g.rows]} for g in grades]
-    return json.dumps({"pass_mark": pass_mark, "notebooks": data, **run}, indent=1, sort_keys=True,
+    return json.dumps({"pass_mark": pass_mark, "notebooks": data, "students": gradebook.students_json(grades),
+                       "skipped": [{"entry": s.entry, "reason": s.reason} for s in skipped], **run},
+                      indent=1, sort_keys=True,
                       ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_reports(grades: list[NotebookGrade], outdir: Path, pass_mark: float, **run: object) -> int:
-    """Print the table and write the three reports (each whole, then renamed into place);
+def write_reports(grades: list[NotebookGrade], outdir: Path, pass_mark: float, skipped: list[Skipped] = (),
+                  **run: object) -> int:
+    """Print the table and write the four reports (each whole, then renamed into place);
     return the exit status: 1 if any notebook is below ``pass_mark``, else 0."""
-    print(table(grades, pass_mark))
-    for name, content in (("summary.md", summary_markdown(grades, pass_mark).encode()),
+    print(table(grades, pass_mark, skipped))
+    for name, content in (("summary.md", summary_markdown(grades, pass_mark, skipped).encode()),
                           ("junit.xml", junit_xml(grades)),
-                          ("grades.json", grades_json(grades, pass_mark, **run).encode())):
+                          ("grades.json", grades_json(grades, pass_mark, skipped, **run).encode()),
+                          ("gradebook.csv", gradebook.gradebook_csv(grades).encode("utf-8"))):
         tmp = outdir / f".{name}.tmp"
         tmp.write_bytes(content)
         tmp.replace(outdir / name)

@@ -1,6 +1,8 @@
 """Headless grading of a folder of student notebooks, with the scoring outside the student's reach.
 
-For each ``*.ipynb`` (sorted): the assignment (question bank) comes from the command line
+A class folder holds one folder per student and/or flat files (:mod:`course_lib.grading.classroom`
+finds them and says why anything else is skipped); the submissions are graded in parallel, on
+``Options.jobs`` workers (default: the cores). For each notebook: the assignment (question bank) comes from the command line
 (``--chapter``/``--bank``) or the file name (``01_flops.ipynb``, ``alice-ch01_flops.ipynb``), never
 from the notebook's text. A temporary copy of the notebook runs in its own bubblewrap sandbox
 (:mod:`course_lib.grading.sandbox`) in *graded* mode, where ``check(...)`` only records answers.
@@ -11,8 +13,9 @@ and scored here, against the bank loaded in this process. The last answer to a q
 a question revealed with ``check.reveal`` scores 0; an unanswered one says why ("not implemented",
 "not attempted (...)").
 
-Writes ``OUTDIR/junit.xml``, ``OUTDIR/summary.md``, ``OUTDIR/grades.json`` (formats in
-:mod:`course_lib.grading.reports`) and the executed copies ``OUTDIR/executed/<name>.ipynb`` (with
+Writes ``OUTDIR/junit.xml``, ``OUTDIR/summary.md``, ``OUTDIR/grades.json``, ``OUTDIR/gradebook.csv``
+(formats in :mod:`course_lib.grading.reports`) and the executed copies
+``OUTDIR/executed/<name>.ipynb`` (``<name>`` is ``alice/01_flops`` in a student's folder; with
 the executor's log next to them). Nothing in OUTDIR is reachable from a sandbox.
 """
 from __future__ import annotations
@@ -28,9 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading import remote, sandbox, wire
+from course_lib.grading.classroom import Submission, default_jobs, discover, grade_all
 from course_lib.grading._notebook import source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
+from course_lib.grading.gradebook import printable
 from course_lib.grading.question import Question
 from course_lib.grading.reports import NotebookGrade, Row, write_reports
 from course_lib.grading.sandbox import STARTUP_LIMIT, Sandbox
@@ -48,6 +53,7 @@ class Options:
     seed: int = 0
     chapter: str | None = None
     bank: str | None = None
+    jobs: int = 0   # notebooks graded at once; 0: one per core
 
 
 # --------------------------------------------------------------------------- the assignment
@@ -134,11 +140,12 @@ def _events(progress: Path) -> list[dict]:
     return _read_jsonl(progress)
 
 
-def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options
+def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options, name: str | None = None
                    ) -> tuple[dict[str, Row], Answers, list[dict], bool]:
     """Run ``path`` in a sandbox; grade its function answers while it is alive; return the rows
-    scored so far, the answers, the executor's progress events and whether it finished in time."""
-    executed = outdir / "executed" / path.name
+    scored so far, the answers, the executor's progress events and whether it finished in time.
+    ``name`` (default the file name) places the executed copy under ``outdir/executed``."""
+    executed = outdir / "executed" / (name or path.name)
     executed.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[str, Row] = {}
     with tempfile.TemporaryDirectory(prefix="course-grade-") as tmp:
@@ -248,25 +255,33 @@ def _fail(name: str, chapter: str, message: str) -> NotebookGrade:
     return g
 
 
-def grade_notebook(path: Path, outdir: Path, opts: Options) -> NotebookGrade:
-    """Execute one notebook in its sandbox and grade it."""
+def grade_notebook(path: Path, outdir: Path, opts: Options, name: str | None = None,
+                   student: str = "") -> NotebookGrade:
+    """Execute one notebook in its sandbox and grade it; ``name`` is its name in the reports
+    (default the file name), ``student`` whose it is."""
     t0 = time.monotonic()
+    g = _grade_notebook(path, outdir, opts, name or path.name)
+    g.student, g.seconds = student, time.monotonic() - t0
+    return g
+
+
+def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> NotebookGrade:
     chapter = opts.chapter or chapter_for(path.name)
     if chapter is None:
-        return _fail(path.name, "?", "error: cannot tell the assignment from the file name: name it after "
+        return _fail(name, "?", "error: cannot tell the assignment from the file name: name it after "
                      "its chapter (e.g. 01_flops.ipynb) or pass --chapter")
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(nb, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        return _fail(path.name, chapter, f"error: not a readable notebook: {e}")
+        return _fail(name, chapter, f"error: not a readable notebook: {e}")
     try:
         questions = load_bank(chapter, opts.bank)
     except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
-        return _fail(path.name, chapter, f"error: cannot load the question bank: {type(e).__name__}: {e}")
-    rows, answers, events, finished = run_submission(path, outdir, questions, opts)
-    g = NotebookGrade(path.name, chapter)
+        return _fail(name, chapter, f"error: cannot load the question bank: {type(e).__name__}: {e}")
+    rows, answers, events, finished = run_submission(path, outdir, questions, opts, name)
+    g = NotebookGrade(name, chapter)
     for q in questions:
         if q.qid in answers.revealed:
             row = Row(q.qid, q.points, 0.0, "revealed with check.reveal in a graded run: 0 points")
@@ -277,20 +292,25 @@ def grade_notebook(path: Path, outdir: Path, opts: Options) -> NotebookGrade:
         else:
             row = Row(q.qid, q.points, 0.0, _reason(nb, q, q.qid in answers.answers, events, finished, opts))
         g.rows.append(row)
-    g.seconds = time.monotonic() - t0
     return g
 
 
 def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Options | None = None,
               solutions: Path | None = None) -> int:
-    """Grade every notebook in ``directory``; print the table, write the reports; 0 if all pass,
-    1 if any is below the pass mark, 2 for a usage error. With ``solutions`` (the masters' folder),
-    note submissions that copy a master's solution blocks."""
+    """Grade the class folder ``directory`` (student folders and/or flat notebooks), in parallel;
+    print the table, write the reports; 0 if all pass, 1 if any is below the pass mark, 2 for a
+    usage error. With ``solutions`` (the masters' folder), note submissions that copy a master's
+    solution blocks."""
     opts = opts or Options()
     directory, outdir = Path(directory).resolve(), Path(outdir).resolve()
-    paths = sorted(p for p in directory.glob("*.ipynb") if p.is_file() and not p.is_symlink())
-    if not paths:
-        print(f"no notebooks (*.ipynb) in {directory}", file=sys.stderr)
+    if not directory.is_dir():
+        print(f"error: not a folder: {directory}", file=sys.stderr)
+        return 2
+    subs, skipped = discover(directory, lambda name: opts.chapter or chapter_for(name))
+    for s in skipped:
+        print(f"skipped {printable(s.entry)}: {s.reason}", file=sys.stderr)
+    if not subs:
+        print(f"no notebooks (*.ipynb) in {directory} or its student folders", file=sys.stderr)
         return 2
     try:
         sandbox.bwrap_path()
@@ -303,12 +323,18 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
         print("error: --out must not be inside the submissions folder", file=sys.stderr)
         return 2
     outdir.mkdir(parents=True, exist_ok=True)
-    grades = []
-    for p in paths:
-        print(f"grading {p.name} ...", file=sys.stderr, flush=True)
-        g = grade_notebook(p, outdir, opts)
-        note = copy_note(p, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
+    jobs = opts.jobs or default_jobs()
+    n_students = len({s.student for s in subs})
+    print(f"grading {len(subs)} notebook(s) of {n_students} student(s) on {jobs} worker(s)",
+          file=sys.stderr, flush=True)
+
+    def one(s: Submission) -> NotebookGrade:
+        g = grade_notebook(s.path, outdir, opts, s.name, s.student)
+        note = copy_note(s.path, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
         if note:
             g.notes.append(note)
-        grades.append(g)
-    return write_reports(grades, outdir, pass_mark, seed=opts.seed, feedback=opts.feedback)
+        return g
+
+    grades = grade_all(subs, one, jobs)
+    return write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
+                         jobs=jobs)

@@ -1,0 +1,159 @@
+"""A class folder: which notebooks are whose, what is skipped and why, and grading them in parallel.
+
+``grade CLASS/`` accepts both layouts an instructor gets from a learning platform, mixed:
+
+* one folder per student, ``CLASS/alice/01_flops.ipynb``: the student is the folder's name;
+* flat files, ``CLASS/alice-01_flops.ipynb``: the student is the file name without its chapter id
+  and the separators around it (``alice``); a file that is only a chapter id (``01_flops.ipynb``,
+  one student's folder graded on its own, e.g. ``make grade SUBMISSIONS=exercises``) belongs to the
+  student named like ``CLASS`` itself.
+
+Everything else is skipped, and said so with a reason (:class:`Skipped`): symbolic links (never
+followed, so a submission cannot point the grader at another student's or the grader's files),
+hidden entries, files that are not notebooks, folders inside a student's folder, anything that is
+not a regular file or folder, and student folders without a notebook.
+
+:func:`grade_all` runs the submissions on ``jobs`` threads (each waits on its own sandboxed
+process, so threads keep the cores busy), with a tqdm progress bar on a terminal and nothing on a
+pipe or CI log; the results come back in discovery order whatever order they finish in.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+_SEPARATORS = " -_.+"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One notebook to grade: whose it is, where it is, and its name in the reports
+    (``alice/01_flops.ipynb`` in a student folder, the file name when flat)."""
+
+    student: str
+    path: Path
+    name: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry of the class folder that is not graded, and why (both shown in every report)."""
+
+    entry: str
+    reason: str
+
+
+SYMLINK = "a symbolic link: not followed (it could point at another student's or the grader's files)"
+HIDDEN = "hidden (its name starts with '.')"
+NOT_NOTEBOOK = "not a notebook (only *.ipynb files are graded)"
+NESTED = "a folder inside a student's folder (only CLASS/STUDENT/*.ipynb is graded)"
+SPECIAL = "not a regular file or folder"
+EMPTY = "a student folder with no notebook (*.ipynb) in it"
+
+
+def default_jobs() -> int:
+    """Workers when none is given: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def flat_student(filename: str, chapter: str | None, class_name: str) -> str:
+    """The student a flat file belongs to: its stem without the chapter id (``ch01_flops`` or
+    ``01_flops``) and the separators left at either end; ``class_name`` if nothing is left."""
+    stem = Path(filename).stem
+    if chapter:
+        short = chapter[2:] if chapter.startswith("ch") else chapter
+        stem = re.sub(rf"(?i)(ch)?{re.escape(short)}", " ", stem, count=1)
+    stem = re.sub(rf"[{re.escape(_SEPARATORS)}]+", " ", stem).strip()
+    return stem.replace(" ", "-") if stem else class_name
+
+
+def _kind(path: Path) -> str | None:
+    """'link', 'dir', 'file' or None (something else), without following a link."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return None
+    return "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else None
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.iterdir(), key=lambda p: p.name)
+
+
+def discover(directory: Path, chapter_of: Callable[[str], str | None]) -> tuple[list[Submission], list[Skipped]]:
+    """The submissions in class folder ``directory`` and the entries skipped there (see the module
+    docstring); ``chapter_of(filename)`` tells a flat file's chapter, to take it off the name."""
+    directory = Path(directory)
+    subs: list[Submission] = []
+    skipped: list[Skipped] = []
+
+    def skip_reason(path: Path, kind: str | None) -> str | None:
+        if kind == "link":
+            return SYMLINK
+        if path.name.startswith("."):
+            return HIDDEN
+        if kind is None:
+            return SPECIAL
+        if kind == "file" and path.suffix.lower() != ".ipynb":
+            return NOT_NOTEBOOK
+        return None
+
+    for entry in _entries(directory):
+        kind, rel = _kind(entry), entry.name
+        why = skip_reason(entry, kind)
+        if why:
+            skipped.append(Skipped(rel + ("/" if kind == "dir" else ""), why))
+        elif kind == "file":
+            subs.append(Submission(flat_student(entry.name, chapter_of(entry.name), directory.name), entry, entry.name))
+        else:
+            try:
+                inner = _entries(entry)
+            except OSError as e:
+                skipped.append(Skipped(rel + "/", f"cannot be read: {e.strerror or e}"))
+                continue
+            before = len(subs)
+            for path in inner:
+                k, r = _kind(path), f"{rel}/{path.name}"
+                why = skip_reason(path, k) or (NESTED if k == "dir" else None)
+                if why:
+                    skipped.append(Skipped(r + ("/" if k == "dir" else ""), why))
+                else:
+                    subs.append(Submission(entry.name, path, r))
+            if len(subs) == before:
+                skipped.append(Skipped(rel + "/", EMPTY))
+    return subs, skipped
+
+
+def grade_all(items: list[T], grade: Callable[[T], object], jobs: int, *, label: str = "grading") -> list:
+    """``[grade(x) for x in items]`` on ``jobs`` threads, in the order of ``items``; a progress bar
+    on stderr when it is a terminal. The first exception is raised once the running ones end; the
+    ones not started are cancelled."""
+    results: list = [None] * len(items)
+    bar = None
+    if sys.stderr.isatty() and items:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(items), desc=label, unit="notebook", file=sys.stderr, leave=False)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(items) or 1)), thread_name_prefix="grade")
+    try:
+        futures = {pool.submit(grade, x): i for i, x in enumerate(items)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if bar is not None:
+                bar.update(1)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+    return results

@@ -1,0 +1,102 @@
+"""A student's own check before handing in: ``python -m course_lib.grading check [NOTEBOOK|DIR ...]``
+(``make check`` in the students' course).
+
+Runs each exercise notebook from the top in a fresh kernel, the way the grader will, but in
+*practice* mode, on the student's own machine, without a sandbox (it is their code, run for
+them), and prints what ``check.summary()`` says at the end: each question ✔ correct, ✘ wrong (with
+the practice feedback of its cell), · not checked (its cell raised, e.g. the stub's
+``NotImplementedError``, or never ran). A cell that raises does not stop the run, as in grading.
+The notebooks on disk are not changed. Exit status 0 when every question of every notebook is
+fully correct, 1 otherwise, 2 for a usage error (no notebook found).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+_MARK = "__course_selfcheck__ "
+# Appended as the notebook's last cell: every Checker the notebook made prints its summary, and one
+# line of data this module reads (then hides).
+_SUMMARY_CELL = f"""\
+import json as _json
+from course_lib.grading.checker import Checker as _Checker
+_checkers = [_v for _v in list(globals().values()) if isinstance(_v, _Checker)]
+for _c in _checkers:
+    _c.summary()
+    _got, _total = _c.score()
+    print({_MARK!r} + _json.dumps({{"chapter": _c.chapter_id, "got": _got, "total": _total,
+          "correct": sum(_r.correct for _r in _c._best.values()), "questions": len(_c.questions)}}))
+if not _checkers:
+    print("no check = Checker(...) in this notebook: nothing was checked")
+"""
+
+
+def notebooks(args: list[Path]) -> list[Path]:
+    """The notebooks named, and the ``*.ipynb`` directly in each folder named, in order."""
+    found: list[Path] = []
+    for a in args:
+        found += sorted(a.glob("*.ipynb")) if a.is_dir() else [a] if a.suffix == ".ipynb" and a.is_file() else []
+    return found
+
+
+def _texts(cell: dict) -> list[str]:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(o.get("text", ""))
+        elif o.get("output_type") == "error":
+            out.append(f"{o.get('ename')}: {o.get('evalue')}\n")
+    return out
+
+
+def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
+    """Run ``path`` (a copy in memory) in practice mode; (every question correct, the report)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    from course_lib.grading import remote
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(_SUMMARY_CELL))
+    env = {k: v for k, v in os.environ.items() if k != remote.MODE_ENV}   # practice, never graded
+    client = NotebookClient(nb, timeout=timeout_cell, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(path.parent.resolve())}})
+    lines = [f"== {path}"]
+    try:
+        client.execute(env=env)
+    except CellTimeoutError:
+        lines.append(f"a cell ran past {timeout_cell:g} s: stopped there (the grader would interrupt it too)")
+    except DeadKernelError:
+        lines.append("the kernel died: stopped there")
+    wrong = []
+    for cell in nb.cells[:-1]:
+        if cell.cell_type == "code" and "check(" in cell.source:
+            wrong += [t.strip() for t in _texts(cell) if t.lstrip().startswith("✘")]
+    if wrong:
+        lines += ["feedback on the wrong answers:", *(f"  {w}" for w in wrong)]
+    summaries = []
+    for text in _texts(nb.cells[-1]):
+        for line in text.splitlines():
+            if line.startswith(_MARK):
+                summaries.append(json.loads(line[len(_MARK):]))
+            else:
+                lines.append(line)
+    ok = bool(summaries) and all(s["correct"] == s["questions"] for s in summaries)
+    return ok, "\n".join(lines)
+
+
+def main(paths: list[Path], timeout_cell: float = 120.0) -> int:
+    found = notebooks(paths)
+    if not found:
+        print(f"error: no notebooks (*.ipynb) in {' '.join(map(str, paths))}", file=sys.stderr)
+        return 2
+    n_ok = 0
+    for path in found:
+        ok, report = check_notebook(path, timeout_cell)
+        n_ok += ok
+        print(report, flush=True)
+    print(f"\n{n_ok} of {len(found)} notebook(s) fully correct")
+    return 0 if n_ok == len(found) else 1

@@ -1,0 +1,200 @@
+"""Grading a class, not a folder of files: student folders and flat notebooks, skipped entries with
+their reason, parallel workers with a progress bar on a terminal only, per-student totals and the
+gradebook CSV (issue #29, item 6). One real run grades a class of three students (fixture bank,
+tests/fixtures/grading) on two workers; the rest are unit tests of the pieces."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from course_lib.grading import classroom
+from course_lib.grading.classroom import discover, flat_student, grade_all
+from course_lib.grading.gradebook import gradebook_csv, number
+from course_lib.grading.reports import NotebookGrade, Row
+
+FIX = Path(__file__).parent / "fixtures" / "grading"
+MASTER = FIX / "solutions" / "fx_grading.ipynb"
+EXERCISE = FIX / "exercises" / "fx_grading.ipynb"
+WRONG = FIX / "submissions" / "wrong.ipynb"
+
+
+def _chapter(name: str) -> str | None:
+    return "ch01_flops" if "01_flops" in name else None
+
+
+def test_discover_student_folders_flat_files_and_every_skip_with_its_reason(tmp_path):
+    cls = tmp_path / "class"
+    (cls / "alice" / ".ipynb_checkpoints").mkdir(parents=True)
+    (cls / "alice" / "01_flops.ipynb").write_text("{}")
+    (cls / "alice" / "notes.txt").write_text("x")
+    (cls / "alice" / "old").mkdir()
+    (cls / "alice" / "peek.ipynb").symlink_to(cls / "alice" / "01_flops.ipynb")
+    (cls / "bob").mkdir()                                   # a student folder with nothing in it
+    (cls / "carol-01_flops.ipynb").write_text("{}")
+    (cls / "01_flops.ipynb").write_text("{}")              # the class folder's own student
+    (cls / "dave.ipynb").symlink_to(cls / "carol-01_flops.ipynb")
+    (cls / "erin").symlink_to(cls / "alice", target_is_directory=True)
+    (cls / "README.md").write_text("x")
+    os.mkfifo(cls / "pipe.ipynb")
+    subs, skipped = discover(cls, _chapter)
+    assert [(s.student, s.name) for s in subs] == [
+        ("class", "01_flops.ipynb"), ("alice", "alice/01_flops.ipynb"), ("carol", "carol-01_flops.ipynb")]
+    assert subs[1].path == cls / "alice" / "01_flops.ipynb"
+    reasons = {s.entry: s.reason for s in skipped}
+    assert reasons == {
+        "alice/.ipynb_checkpoints/": classroom.HIDDEN,
+        "alice/notes.txt": classroom.NOT_NOTEBOOK,
+        "alice/old/": classroom.NESTED,
+        "alice/peek.ipynb": classroom.SYMLINK,
+        "bob/": classroom.EMPTY,
+        "dave.ipynb": classroom.SYMLINK,
+        "erin": classroom.SYMLINK,
+        "README.md": classroom.NOT_NOTEBOOK,
+        "pipe.ipynb": classroom.SPECIAL,
+    }
+
+
+def test_flat_file_student_is_its_name_without_the_chapter():
+    assert flat_student("alice-ch01_flops.ipynb", "ch01_flops", "cls") == "alice"
+    assert flat_student("Bob Smith_01_flops (2).ipynb", "ch01_flops", "cls") == "Bob-Smith-(2)"
+    assert flat_student("01_flops.ipynb", "ch01_flops", "cls") == "cls"
+    assert flat_student("homework.ipynb", None, "cls") == "homework"
+
+
+def test_grade_all_runs_jobs_at_once_in_order_with_a_bar_only_on_a_terminal(monkeypatch, capsys):
+    barrier = threading.Barrier(3, timeout=30)   # passes only if three items run at the same time
+
+    def work(x):
+        barrier.wait()
+        return x * 10
+
+    assert grade_all([3, 1, 2], work, jobs=3) == [30, 10, 20]
+    assert capsys.readouterr().err == ""          # not a terminal: quiet
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert grade_all([1, 2], lambda x: x, jobs=1) == [1, 2]
+    assert "grading:" in tty.getvalue() and "/2 " in tty.getvalue()   # tqdm drew its bar
+
+    def boom(x):
+        if x == 2:
+            raise RuntimeError("grader bug")
+        return x
+    with pytest.raises(RuntimeError, match="grader bug"):
+        grade_all([1, 2, 3], boom, jobs=2)
+
+
+def _grade(student, name, chapter, score, points=7.0):
+    g = NotebookGrade(name, chapter, [Row("q", points, score, "")])
+    g.student = student
+    return g
+
+
+def test_gradebook_csv_one_row_per_student_numeric_cells_blank_when_missing():
+    grades = [_grade("bob", "bob/01_flops.ipynb", "ch01_flops", 3.5),
+              _grade("alice", "alice/01_flops.ipynb", "ch01_flops", 7),
+              _grade("alice", "alice/02_scaling.ipynb", "ch02_scaling", 1 / 3, 4),
+              _grade("bob", "bob/01_flops (1).ipynb", "ch01_flops", 5),          # the better of two
+              _grade("=cmd|x", "=cmd|x/01_flops.ipynb", "ch01_flops", 0),
+              _grade("zoë\x1b[2J", "z/01_flops.ipynb", "ch01_flops", 1)]
+    text = gradebook_csv(grades)
+    assert text.encode("utf-8").decode("utf-8") == text and not text.startswith("\ufeff")
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["student", "ch01_flops", "ch02_scaling", "total"]
+    body = {r[0]: r[1:] for r in rows[1:]}
+    assert body == {"'=cmd|x": ["0", "", "0"], "alice": ["7", "0.3333", "7.3333"], "bob": ["5", "", "5"],
+                    "zoë\\x1b[2J": ["1", "", "1"]}
+    for cells in body.values():
+        for c in cells:
+            assert c == "" or float(c) >= 0
+    assert number(1e-7) == "0" and number(123456.5) == "123456.5"
+
+
+@pytest.fixture(scope="module")
+def class_run(tmp_path_factory):
+    """One grading run over a class of three students on two workers: alice (a folder, the master),
+    bob (a folder, the exercise), carol (a flat file, wrong answers), plus entries to skip."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("the grader needs bubblewrap")
+    cls = tmp_path_factory.mktemp("class") / "term 1"
+    (cls / "alice").mkdir(parents=True)
+    (cls / "bob").mkdir()
+    shutil.copy(MASTER, cls / "alice" / "fx_grading.ipynb")
+    shutil.copy(EXERCISE, cls / "bob" / "fx_grading.ipynb")
+    shutil.copy(WRONG, cls / "carol-fx_grading.ipynb")
+    (cls / "bob" / "notes.txt").write_text("todo")
+    (cls / "mallory.ipynb").symlink_to(cls / "alice" / "fx_grading.ipynb")
+    out = tmp_path_factory.mktemp("grades")
+    env = dict(os.environ, PYTHONPATH=str(FIX))
+    proc = subprocess.run([sys.executable, "-m", "course_lib.grading", "grade", str(cls), "--out", str(out),
+                           "--chapter", "fx_grading", "--bank", "grading_fixture_bank", "--seed", "7",
+                           "--jobs", "2", "--timeout-cell", "20"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+def test_class_run_grades_every_student_and_says_what_it_skipped(class_run):
+    proc, out = class_run
+    assert proc.returncode == 1, proc.stdout + proc.stderr              # bob and carol are below 60 %
+    assert "grading 3 notebook(s) of 3 student(s) on 2 worker(s)" in proc.stderr
+    assert "skipped mallory.ipynb: a symbolic link" in proc.stderr
+    assert "skipped bob/notes.txt: not a notebook" in proc.stderr
+    assert "\r" not in proc.stderr                                        # no progress bar on a pipe
+    data = json.loads((out / "grades.json").read_text())
+    assert data["jobs"] == 2
+    assert {s["entry"]: s["reason"].split(":")[0] for s in data["skipped"]} == \
+        {"bob/notes.txt": "not a notebook (only *.ipynb files are graded)", "mallory.ipynb": "a symbolic link"}
+    assert [(n["student"], n["notebook"]) for n in data["notebooks"]] == [
+        ("alice", "alice/fx_grading.ipynb"), ("bob", "bob/fx_grading.ipynb"), ("carol", "carol-fx_grading.ipynb")]
+    totals = {s["student"]: (s["total"], s["total_points"]) for s in data["students"]}
+    assert totals == {"alice": (7, 7), "bob": (0, 7), "carol": (4, 7)}     # wrong.ipynb: 4 of 7 (test_grading.py)
+    assert (out / "executed" / "alice" / "fx_grading.ipynb").is_file()
+    assert (out / "executed" / "bob" / "fx_grading.ipynb").is_file()
+
+
+def test_class_run_writes_the_gradebook_and_per_student_totals(class_run):
+    proc, out = class_run
+    raw = (out / "gradebook.csv").read_bytes()
+    assert list(csv.reader(io.StringIO(raw.decode("utf-8")))) == [
+        ["student", "fx_grading", "total"], ["alice", "7", "7"], ["bob", "0", "0"], ["carol", "4", "4"]]
+    assert "per student:" in proc.stdout and "alice    7/7         7/7 (100.0%)" in proc.stdout
+    summary = (out / "summary.md").read_text()
+    assert "| alice | 7 | 7 | 7 | 100.0 |" in summary and "| mallory.ipynb | a symbolic link" in summary
+    suites = {s.get("name"): s for s in ET.parse(out / "junit.xml").getroot().iter("testsuite")}
+    assert sorted(suites) == ["alice/fx_grading.ipynb", "bob/fx_grading.ipynb", "carol-fx_grading.ipynb"]
+    assert {tc.get("classname") for tc in suites["bob/fx_grading.ipynb"].iter("testcase")} == \
+        {"bob/fx_grading.fx_grading"}
+
+
+def test_jobs_must_not_be_negative(tmp_path, capsys):
+    from course_lib.grading.__main__ import main as cli
+
+    with pytest.raises(SystemExit) as e:
+        cli(["grade", str(tmp_path), "--jobs", "-1"])
+    assert e.value.code == 2 and "--jobs" in capsys.readouterr().err
+
+
+def test_skipped_names_cannot_drive_the_terminal(tmp_path, capsys):
+    """A class folder with nothing to grade: usage error, and the skipped entry's name is printed
+    with its control characters escaped."""
+    from course_lib.grading.runner import grade_dir
+
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "evil\x1b[2J.txt").write_text("x")
+    assert grade_dir(tmp_path / "class", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "skipped evil\\x1b[2J.txt: not a notebook" in err and "\x1b" not in err
