@@ -109,6 +109,10 @@ def test_a_users_loop_resumes_on_another_world_size(runs):
     for world in WORLDS:
         for rank in runs[world]:
             assert "sharded state_dict" in rank["loop"]["sharded_refused"]
+            assert rank["loop"]["digest"] == runs[world][0]["loop"]["digest"]   # gathered on all ranks
+        want = [float(v.double().sum()) for st in runs[world][0]["loop"]["optim"]["state"].values()
+                for v in st.values()]
+        assert runs[world][0]["loop"]["digest"] == want                       # = the rank-0 gather
 
 
 def test_clip_gradients_asks_the_owner_of_the_gradients_first():

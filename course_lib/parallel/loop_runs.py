@@ -238,9 +238,9 @@ def loop_reference(steps: int, saved: dict | None = None, step0: int = 0) -> dic
     model and optimizer states a distributed run saved at step ``step0``)."""
     model = _loop_model()
     opt = _opt("adamw", model.parameters())
-    if saved is not None:
-        model.load_state_dict(saved["model"])
-        opt.load_state_dict(saved["optim"])
+    if saved is not None:                                 # a copy: torch's load keeps ``step`` tensors
+        model.load_state_dict(saved["model"])            # as given and the steps would count them up
+        opt.load_state_dict(copy.deepcopy(saved["optim"]))
     _loop_steps(model, model, opt, step0, steps, lambda b: b)
     return {"model": copy.deepcopy(model.state_dict()), "optim": copy.deepcopy(opt.state_dict())}
 
@@ -258,10 +258,12 @@ def loop_stage(ctx, steps: int, saved: dict | None = None, step0: int = 0) -> di
     _loop_steps(model, f, opt, step0, steps, lambda b: _mine(ctx, b))
     full = f.full_state_dict(rank0_only=True)
     optim = f.full_optim_state_dict(opt, rank0_only=True)
+    everywhere = f.full_optim_state_dict(opt)            # gathered on every rank: the same dict
+    digest = [float(v.double().sum()) for st in everywhere["state"].values() for v in st.values()]
     try:                                                  # a rank's own (sharded) state is refused
         f.load_full_optim_state_dict(opt, opt.state_dict())
         refused = ""
     except ValueError as e:
         refused = str(e)
-    return {"model": full, "optim": optim, "sharded_refused": refused} if ctx.rank == 0 else \
-        {"sharded_refused": refused}
+    mine = {"sharded_refused": refused, "digest": digest}
+    return {"model": full, "optim": optim, **mine} if ctx.rank == 0 else mine
