@@ -133,3 +133,23 @@ def test_clip_gradients_asks_the_owner_of_the_gradients_first():
 def test_clip_bad_input_raises_value_error_naming_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=name):
         clip_grads_([], [], comm=None, **kwargs)
+
+
+def test_held_grad_placeholder_fails_loudly_and_survives_a_deepcopy():
+    """What ZeroOptimizer leaves in p.grad: no memory, the parameter's shape; torch's clip, any
+    arithmetic and an optimizer stepping the parameter raise naming the method; deepcopy works."""
+    import copy
+
+    from course_lib.parallel.grad_clip import HeldGrad, held_grad
+    model = nn.Linear(4, 3)
+    for p in model.parameters():
+        p.grad = held_grad(p)
+    assert model.weight.grad.shape == (3, 4) and model.weight.grad.stride() == (0, 0)
+    for call in (lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0),
+                 lambda: model.weight.grad.norm(),
+                 lambda: torch.optim.SGD(model.parameters(), lr=0.1).step()):
+        with pytest.raises(RuntimeError, match="zero_optimizer.clip_grad_norm_"):
+            call()
+    copy.deepcopy(model)
+    twin = copy.deepcopy(model.weight.grad)
+    assert isinstance(twin, HeldGrad) and "clip_grad_norm_" in repr(twin)

@@ -45,6 +45,10 @@ class HeldGrad(torch.Tensor):
                 return func(*args, **(kwargs or {}))
         raise RuntimeError(f"{getattr(func, '__name__', func)}: {cls.MESSAGE}")
 
+    def __deepcopy__(self, memo) -> HeldGrad:
+        """A copy of the model (``copy.deepcopy``: an EMA, a reference) gets a placeholder too."""
+        return held_grad(self)
+
     def __repr__(self, **_) -> str:
         return f"HeldGrad(shape={tuple(self.shape)}: {self.MESSAGE})"
 
