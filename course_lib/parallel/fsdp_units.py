@@ -26,35 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves
 
 from .counting import CountingComm
 from .dp import queue_end_of_backward
+from .fsdp_precision import MixedPrecision, _cast
 
 __all__ = ["MixedPrecision"]
-
-
-@dataclass(frozen=True)
-class MixedPrecision:
-    """The dtypes FSDP computes and communicates in, as PyTorch FSDP2's ``MixedPrecisionPolicy``.
-
-    ``param_dtype``: floating parameters are all-gathered and used in this dtype (None: their own);
-    the shards the optimizer steps keep their own dtype (fp32 master weights, fp32 optimizer state).
-    ``reduce_dtype``: gradients are reduce-scattered in this dtype (None: ``param_dtype``), then cast
-    to the shard's dtype. ``output_dtype``: the root's floating outputs are cast to it (None: kept).
-    ``cast_forward_inputs``: each unit casts its floating forward inputs to ``param_dtype``.
-    """
-
-    param_dtype: torch.dtype | None = None
-    reduce_dtype: torch.dtype | None = None
-    output_dtype: torch.dtype | None = None
-    cast_forward_inputs: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("param_dtype", "reduce_dtype", "output_dtype"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, torch.dtype) and v.is_floating_point):
-                raise ValueError(f"{name} must be a floating-point torch.dtype or None; got {v!r}")
 
 
 @dataclass
@@ -338,8 +316,3 @@ class Unit:
                 call.freed = call.finished = True
         if self.backward_call is not None and self.backward_call.finished:
             self.backward_call = None
-
-
-def _cast(tree, dtype: torch.dtype):
-    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                    else t, tree)
