@@ -21,7 +21,7 @@ from . import corpus as corpus_mod
 from ._validate import fraction, positive, positive_int
 from .model import GPT, GPTConfig
 
-__all__ = ["TrainConfig", "History", "lr_at", "evaluate", "train"]
+__all__ = ["TrainConfig", "History", "lr_at", "evaluate", "clip_gradients", "train"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,21 @@ def evaluate(model: GPT, data: torch.Tensor, batch_size: int = 16, n_batches: in
     return total / count
 
 
+def clip_gradients(model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> torch.Tensor:
+    """Clip the gradients by their global 2-norm and return it (before clipping).
+
+    When the gradients are spread over ranks, only their owner knows the global norm:
+    ``optimizer.clip_grad_norm_`` (course_lib's ZeroOptimizer) or ``model.clip_grad_norm_``
+    (course_lib's FSDP and DataParallel, PyTorch's FSDP1) are used when they exist; otherwise
+    ``torch.nn.utils.clip_grad_norm_`` over ``model.parameters()``, right when every gradient is
+    whole in ``p.grad`` (one process, DDP, FSDP2's DTensors)."""
+    for owner in (optimizer, model):
+        method = getattr(owner, "clip_grad_norm_", None)
+        if callable(method):
+            return method(max_norm)
+    return torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
 def _optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases and LayerNorm gains)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -179,7 +194,7 @@ def train_model(model_cfg: GPTConfig, cfg: TrainConfig, split: corpus_mod.Corpus
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        clip_gradients(model, opt, cfg.grad_clip)
         opt.step()
         run_sum, run_n = run_sum + float(loss.item()), run_n + 1
         done = step + 1

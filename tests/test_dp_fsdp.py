@@ -260,3 +260,44 @@ def test_grad_sync_grader_runs_the_function_on_two_ranks():
     assert q.grade(sync_reference).correct
     wrong = q.grade(sync_summed)
     assert not wrong.correct and "divide by the world size" in wrong.message
+
+
+def clip_reference(grads, max_norm, group):
+    import torch
+    import torch.distributed as dist
+    total = sum((g.double() ** 2).sum() for g in grads) + torch.zeros((), dtype=torch.float64)
+    dist.all_reduce(total, group=group)
+    norm = float(total.sqrt())
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    return norm
+
+
+def clip_local(grads, max_norm, group):   # what torch's clip does on one rank's shards: its own norm
+    import torch
+    norm = float(torch.linalg.vector_norm(torch.cat([g.reshape(-1) for g in grads])))
+    for g in grads:
+        g.mul_(min(1.0, max_norm / (norm + 1e-6)))
+    return norm
+
+
+def clip_unclamped(grads, max_norm, group):
+    import torch
+    import torch.distributed as dist
+    total = sum((g.double() ** 2).sum() for g in grads) + torch.zeros((), dtype=torch.float64)
+    dist.all_reduce(total, group=group)
+    for g in grads:
+        g.mul_(max_norm / (float(total.sqrt()) + 1e-6))
+    return float(total.sqrt())
+
+
+def test_clip_grader_runs_the_function_on_two_ranks_against_torch_on_the_trusted_side():
+    """The reference clip scores 1; torch's clip per rank (each rank its own norm) and a factor
+    without the min(1, ·) are recognised and explained."""
+    from course_lib.checks import ch04_dp_fsdp as bank
+    q = next(x for x in bank.QUESTIONS if x.qid == "clip_sharded")
+    assert q.grade(clip_reference).correct
+    local = q.grade(clip_local)
+    assert not local.correct and "own pieces" in local.message
+    up = q.grade(clip_unclamped)
+    assert not up.correct and "scaled the gradients *up*" in up.message

@@ -1,6 +1,8 @@
 """Graded questions of chapter 4, "Data parallel, ZeRO and FSDP". References come from
 course_lib.memory and course_lib.comm; the gradient-sync question is graded by running the
-student's function on 2 real processes against a single-process reference."""
+student's function on 2 real processes against a single-process reference, and the sharded
+gradient-clipping question runs it on 2 processes and compares, here on the trusted side, with
+torch.nn.utils.clip_grad_norm_ on the whole gradient."""
 from __future__ import annotations
 
 
@@ -91,6 +93,75 @@ def _grade_sync(fn) -> tuple[float, str]:
                      "(g.copy_(...)), rebinding a local name does nothing.")
     return 0.0, (f"Largest relative error against the whole-batch gradient: {max(errs):.3g}. Did every "
                  f"rank get every shard back (all-gather after the reduce-scatter)?")
+
+
+def _ran(fn, worker, hint: str, **kwargs):
+    """Run ``worker`` with the student's ``fn`` on 2 ranks: (results, None) or (None, verdict)."""
+    try:
+        source = function_source(fn, hint)
+    except NotAFunction as e:
+        return None, (0.0, str(e))
+    from course_lib.dist import RankError
+    try:
+        return launch_with(fn, worker, 2, timeout=90, source=source, fn_name=fn.__name__, **kwargs), None
+    except RankError as e:
+        tb = e.remote_traceback.strip().splitlines()
+        last = tb[-1] if tb else "an error"
+        if "NameError" in last:
+            return None, (0.0, f"On the ranks: {last}. The function runs in fresh processes: import torch "
+                               f"and torch.distributed inside its body.")
+        return None, (0.0, f"Your function raised on rank {e.rank}: {last}")
+    except TimeoutError:
+        return None, (0.0, "The ranks hung: one rank waited in a collective the other never called "
+                           "(every rank must call the all-reduce, even with nothing to add).")
+
+
+def _grade_clip(fn, rng) -> tuple[float, str]:
+    """The student's ``clip_sharded(grads, max_norm, group)`` on 2 ranks, once with clipping acting
+    and once with max_norm above the norm; compared with torch's clip of the whole gradient."""
+    import torch
+
+    from course_lib.parallel.clip_grading import clip_check_worker, clip_inputs, rank_pieces
+    seed = int(rng.integers(0, 10_000))
+    flat = clip_inputs(seed).double()
+    norm = float(flat.norm())
+    max_norms = [norm * float(rng.uniform(0.1, 0.5)), norm * float(rng.uniform(2.0, 4.0))]
+    res, verdict = _ran(fn, clip_check_worker, 'check("clip_sharded", clip_sharded)', seed=seed,
+                        max_norms=max_norms)
+    if verdict:
+        return verdict
+    if not all(call["shapes_ok"] for rank in res for call in rank):
+        return 0.0, "Your function changed the pieces' shapes; scale them in place (g.mul_(...))."
+    local = [float(torch.cat(rank_pieces(flat, r, 2)).norm()) for r in range(2)]
+    for k, max_norm in enumerate(max_norms):
+        got = [rank[k]["norm"] for rank in res]
+        if any(abs(g - norm) > 1e-5 * norm for g in got):
+            if all(abs(g - w) <= 1e-5 * w for g, w in zip(got, local)):
+                return 0.0, ("Each rank returned the norm of its own pieces: the global norm needs the "
+                             "sum of squares over every rank (an all-reduce), then the square root.")
+            if all(abs(g - sum(local)) <= 1e-5 * sum(local) for g in got):
+                return 0.0, "You added the ranks' norms; add their squares, then take the square root."
+            if all(abs(g - norm ** 2) <= 1e-5 * norm ** 2 for g in got):
+                return 0.0, "That is the squared norm: take the square root of the all-reduced sum."
+            if k == 0 and all(abs(g - max_norm) <= 1e-4 * max_norm for g in got):
+                return 0.0, "That is the norm after clipping; return the norm before it, as torch does."
+            return 0.0, f"Your norm is {got[0] / norm:.3g}× the global norm of the gradient."
+        coef = min(1.0, max_norm / (norm + 1e-6))
+        for r, rank in enumerate(res):
+            want = torch.cat(rank_pieces(flat, r, 2)) * coef
+            values = torch.tensor(rank[k]["values"], dtype=torch.float64)
+            if torch.allclose(values, want, rtol=1e-5, atol=1e-9):
+                continue
+            mine = torch.cat(rank_pieces(flat, r, 2))
+            if torch.allclose(values, mine, rtol=1e-6, atol=1e-12):
+                return 0.5, ("The norm is right but the gradients were not scaled: multiply each piece "
+                             "in place (g.mul_(coef)); rebinding a local name does nothing.")
+            if k == 1 and torch.allclose(values, mine * max_norm / norm, rtol=1e-4, atol=1e-9):
+                return 0.5, ("With max_norm above the norm you scaled the gradients *up*: the factor "
+                             "is min(1, max_norm / (norm + 1e-6)).")
+            return 0.5, (f"The norm is right; rank {r}'s gradients are off (largest error "
+                         f"{float((values - want).abs().max()):.3g}): scale by max_norm / (norm + 1e-6).")
+    return 1.0, "Matches torch.nn.utils.clip_grad_norm_ on the whole gradient, on both ranks."
 
 
 QUESTIONS = [
@@ -212,5 +283,16 @@ QUESTIONS = [
         grader=_grade_sync,
         hint="Flatten and pad to a multiple of the world size; reduce_scatter_tensor into a shard; "
              "divide by the world size; all_gather_into_tensor back; copy slices into each gradient.",
+    ),
+    Question(
+        "clip_sharded", points=3,
+        prompt="Write clip_sharded(grads, max_norm, group): grads is this rank's list of gradient "
+               "pieces (over the ranks of group, every element of the gradient exactly once, as "
+               "under FSDP). Scale them in place, by the same factor on every rank, so that the "
+               "global 2-norm is at most max_norm, as torch.nn.utils.clip_grad_norm_ does on one "
+               "process, and return the global norm before clipping (a float).",
+        grader=_grade_clip,
+        hint="Local sum of squares -> all_reduce (SUM) -> sqrt is the global norm; every rank "
+             "multiplies by min(1, max_norm / (norm + 1e-6)).",
     ),
 ]

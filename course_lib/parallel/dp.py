@@ -129,7 +129,8 @@ class DataParallel(nn.Module):
     parameters and buffers to every rank at construction (then resets ``comm``'s counts);
     ``broadcast_buffers=True`` also copies rank 0's buffers before every forward, as DDP does.
     The set of trainable parameters is fixed at construction. ``no_sync()`` skips the averaging
-    for gradient accumulation.
+    for gradient accumulation. Gradient clipping: :meth:`clip_grad_norm_`, or torch's own function
+    on ``dp.parameters()`` (the gradients are whole and equal on every rank: both are right).
     """
 
     def __init__(self, module: nn.Module, comm=None, *, process_group=None,
@@ -226,6 +227,15 @@ class DataParallel(nn.Module):
         for b in self.buckets:
             b.handle.wait()
             b.ready, b.handle = 0, None
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """Clip the averaged gradients by their total norm and return it, as
+        ``torch.nn.utils.clip_grad_norm_(dp.parameters(), ...)`` does — which is also right here:
+        after backward every rank holds the same, whole averaged gradient (no communication).
+        Offered so that one loop (``model.clip_grad_norm_`` when it exists) serves DP, ZeRO and FSDP."""
+        self.finish()
+        return torch.nn.utils.clip_grad_norm_(self.params, max_norm, norm_type, error_if_nonfinite)
 
     def memory_bytes(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
         """Bytes this rank holds for parameters, gradients and optimizer state (live storages)."""

@@ -29,7 +29,9 @@ import torch.nn as nn
 
 from .counting import CountingComm, as_comm, optimizer_state_bytes, storage_bytes
 from .dp import broadcast_from_rank0
+from .fsdp_state import full_optim_state_dict, load_full_optim_state_dict
 from .fsdp_units import Group, MixedPrecision, Shared, Unit
+from .grad_clip import clip_grads_
 
 __all__ = ["FSDP", "MixedPrecision"]
 
@@ -73,11 +75,22 @@ class FSDP(nn.Module):
       reduce-scatters in backward, on its own, and the shard gradients add up.
     * ``reshard_root=False`` keeps the root's full parameters from forward to backward, as PyTorch
       FSDP2 does by default. Move the model to its device before wrapping.
+    * ``replicate``: parameters kept whole on every rank instead of sharded, their gradients
+      averaged over the ranks by one all-reduce at the end of backward (DDP for that part): an
+      iterable of parameters and modules (their parameters), or ``True`` for every parameter no
+      unit claims (the root's: say LayerNorm gains and biases, when ``units`` are the Linear and
+      Embedding layers). They are broadcast from rank 0 here and used in their own dtype.
+    * Gradient clipping: :meth:`clip_grad_norm_` (the norm over every shard on every rank).
+      ``torch.nn.utils.clip_grad_norm_(fsdp.parameters(), ...)`` would see this rank's shards only:
+      each rank would clip by its own, wrong norm. Optimizer state: :meth:`full_optim_state_dict`
+      and :meth:`load_full_optim_state_dict` (any world size, or a plain optimizer on one process).
+    * Activation checkpointing (``torch.utils.checkpoint``, reentrant or not) works around a unit
+      or inside one (see :mod:`course_lib.parallel.fsdp_units`).
     """
 
     def __init__(self, module: nn.Module, comm: CountingComm | None = None, *, units=(),
                  reshard_root: bool = True, mixed_precision: MixedPrecision | None = None,
-                 sync_module_states: bool = False) -> None:
+                 sync_module_states: bool = False, replicate=()) -> None:
         super().__init__()
         if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
             raise ValueError(f"mixed_precision must be a MixedPrecision or None; got {mixed_precision!r}")
@@ -99,6 +112,11 @@ class FSDP(nn.Module):
         for p, owners in _owners(module).values():
             fits = [k for k, mem in enumerate(members) if all(id(m) in mem for m, _ in owners)]
             claims[min(fits, key=lambda k: len(members[k]))].append((p, owners))
+        keep = self._replicated_ids(replicate, claims[-1])
+        self.replicated = [p for p, _ in _owners(module).values() if id(p) in keep]
+        claims = [[(p, o) for p, o in c if id(p) not in keep] for c in claims]
+        broadcast_from_rank0(self.comm, self.replicated)
+        self._shared.replicated = [p for p in self.replicated if p.requires_grad]
         self.units: list[Unit] = []
         for k, (mod, claimed) in enumerate(zip(order, claims)):
             by_kind: dict[tuple, list] = {}
@@ -108,6 +126,22 @@ class FSDP(nn.Module):
             is_root = k == len(order) - 1
             self.units.append(Unit(mod, groups, self._shared, reshard_root if is_root else True, is_root))
         self._shared.units = self.units
+
+    def _replicated_ids(self, replicate, root_claims) -> set[int]:
+        if replicate is True:
+            return {id(p) for p, _ in root_claims}
+        if replicate is False or replicate is None:
+            return set()
+        items = [replicate] if isinstance(replicate, (nn.Module, torch.Tensor)) else list(replicate)
+        mine = {id(p) for p in self.module.parameters()}
+        out = set()
+        for x in items:
+            ps = list(x.parameters()) if isinstance(x, nn.Module) else [x]
+            if not all(isinstance(p, torch.Tensor) and id(p) in mine for p in ps):
+                raise ValueError(f"replicate must hold parameters or submodules of the model (or be "
+                                 f"True); got {type(x).__name__}")
+            out |= {id(p) for p in ps}
+        return out
 
     # -- nn.Module: the wrapped module's own names and tensors ----------------------------------
     def forward(self, *args, **kwargs):
@@ -141,6 +175,28 @@ class FSDP(nn.Module):
         finally:
             self._shared.sync = before
 
+    # -- the training loop's other needs ---------------------------------------------------------
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """Scale the gradients so that their global ``norm_type``-norm — over every shard on every
+        rank, and the replicated parameters once — is at most ``max_norm``; return that norm (before
+        clipping). A collective, after backward and before ``step``; every rank scales by the same
+        factor, so the result is what ``torch.nn.utils.clip_grad_norm_`` does on one process."""
+        shards = [s.grad for u in self.units for g in u.groups if g.requires_grad for s in g.shards]
+        return clip_grads_(shards, [p.grad for p in self._shared.replicated], max_norm, norm_type,
+                           self.comm, error_if_nonfinite)
+
+    def full_optim_state_dict(self, optimizer: torch.optim.Optimizer, rank0_only: bool = False) -> dict:
+        """``optimizer``'s state unsharded, in its own format: what the same optimizer over the
+        unwrapped model's parameters would save on one process. A collective; see
+        :func:`course_lib.parallel.fsdp_state.full_optim_state_dict`."""
+        return full_optim_state_dict(self, optimizer, rank0_only)
+
+    def load_full_optim_state_dict(self, optimizer: torch.optim.Optimizer, state_dict: dict) -> None:
+        """Load an unsharded optimizer state (from :meth:`full_optim_state_dict` on any world size,
+        or a plain optimizer's ``state_dict()``): each rank keeps its pieces. No communication."""
+        load_full_optim_state_dict(self, optimizer, state_dict)
+
     # -- full tensors -----------------------------------------------------------------------------
     def _gather_full(self, grads: bool) -> dict[int, torch.Tensor]:
         """id(shard) -> its full tensor (or full averaged gradient). A collective."""
@@ -152,6 +208,8 @@ class FSDP(nn.Module):
                 self.comm.all_gather(flat, g.fill_mine(flat, [s.grad for s in shards] if grads else shards))
                 for s, v in zip(shards, g.views(flat)):
                     out[id(s)] = v
+        for p in self.replicated:
+            out[id(p)] = (p.grad if p.grad is not None else torch.zeros_like(p)) if grads else p.detach()
         return out
 
     def full_state(self, grads: bool = False) -> dict[str, torch.Tensor]:
@@ -183,6 +241,8 @@ class FSDP(nn.Module):
                 for g in u.groups:
                     for s, off, (a, b) in zip(g.shards, g.offsets, g.pieces):
                         s.copy_(state_dict[names[id(s)]].reshape(-1)[g.start + a - off:g.start + b - off])
+            for p in self.replicated:
+                p.copy_(state_dict[names[id(p)]])
             for k, b in self.module.named_buffers():
                 if k in state_dict:
                     b.copy_(state_dict[k])
@@ -191,7 +251,7 @@ class FSDP(nn.Module):
         """Bytes this rank holds between steps for parameters (shards, plus any full buffer still
         alive), gradients (shards) and optimizer state; ``peak_full`` is the largest unit's full
         parameters, held only while that unit runs."""
-        shards = [s for u in self.units for g in u.groups for s in g.shards]
+        shards = [s for u in self.units for g in u.groups for s in g.shards] + self.replicated
         fulls = [f for u in self.units if u.last is not None for f in u.last.fulls]
         return {"params": storage_bytes(shards + fulls),
                 "grads": storage_bytes(s.grad for s in shards),

@@ -12,6 +12,13 @@ whose backward reduce-scatters, so autograd itself delivers each shard's average
 accumulates it into ``.grad`` the way it does for any leaf (either ``zero_grad`` mode works).
 Freeing is ``storage.resize_(0)`` on the full buffer: tensors saved for backward keep pointing at
 the storage, and the backward re-gather refills it in place.
+
+Activation checkpointing (``torch.utils.checkpoint``, reentrant or not, around a unit or inside
+one): a unit's backward starts (its pre-backward hook) by refilling its buffers *and* installing
+the views its forward used again, so a recompute inside the unit finds full parameters; a forward
+of the unit between its pre-backward and the end of its gradient is such a recompute and gathers
+nothing new, frees nothing; once its gradient is reduced the shards are the parameters again (what
+FSDP2 does with its training states).
 """
 from __future__ import annotations
 
@@ -19,35 +26,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves
 
 from .counting import CountingComm
 from .dp import queue_end_of_backward
+from .fsdp_precision import MixedPrecision, _cast
 
 __all__ = ["MixedPrecision"]
-
-
-@dataclass(frozen=True)
-class MixedPrecision:
-    """The dtypes FSDP computes and communicates in, as PyTorch FSDP2's ``MixedPrecisionPolicy``.
-
-    ``param_dtype``: floating parameters are all-gathered and used in this dtype (None: their own);
-    the shards the optimizer steps keep their own dtype (fp32 master weights, fp32 optimizer state).
-    ``reduce_dtype``: gradients are reduce-scattered in this dtype (None: ``param_dtype``), then cast
-    to the shard's dtype. ``output_dtype``: the root's floating outputs are cast to it (None: kept).
-    ``cast_forward_inputs``: each unit casts its floating forward inputs to ``param_dtype``.
-    """
-
-    param_dtype: torch.dtype | None = None
-    reduce_dtype: torch.dtype | None = None
-    output_dtype: torch.dtype | None = None
-    cast_forward_inputs: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("param_dtype", "reduce_dtype", "output_dtype"):
-            v = getattr(self, name)
-            if v is not None and not (isinstance(v, torch.dtype) and v.is_floating_point):
-                raise ValueError(f"{name} must be a floating-point torch.dtype or None; got {v!r}")
 
 
 @dataclass
@@ -60,13 +45,34 @@ class Shared:
     sync: bool = True
     queued: bool = False
     units: list = field(default_factory=list)
+    replicated: list = field(default_factory=list)      # trainable parameters kept whole on every rank
 
     def finish_backward(self) -> None:
         """Runs once when a backward pass ends: free every full buffer still held (frozen groups,
-        whose gather has no backward of its own to free it)."""
+        whose gather has no backward of its own to free it), and average the replicated
+        parameters' gradients over the ranks (unless inside ``no_sync``)."""
         self.queued = False
         for u in self.units:
             u.free_last()
+        if self.sync:
+            self.all_reduce_replicated()
+
+    @torch.no_grad()
+    def all_reduce_replicated(self) -> None:
+        """Average ``p.grad`` of every replicated parameter over the ranks, one flat all-reduce per
+        dtype and device (a parameter without gradient takes part with zeros, as in DDP). Linear,
+        so a gradient accumulated under ``no_sync`` is averaged once, by the next synced backward."""
+        by_kind: dict[tuple, list] = {}
+        for p in self.replicated:
+            by_kind.setdefault((p.dtype, p.device), []).append(p)
+        for ps in by_kind.values():
+            flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in ps])
+            self.comm.all_reduce(flat, average=True)
+            for p, v in zip(ps, flat.split([p.numel() for p in ps])):
+                if p.grad is None:
+                    p.grad = v.view_as(p).clone()
+                else:
+                    p.grad.copy_(v.view_as(p))
 
 
 class Group:
@@ -99,20 +105,34 @@ class Group:
             for owner, attr in own:
                 owner._parameters[attr] = shard          # the module now holds its shard
         self.acc: torch.Tensor | None = None               # unsharded grad kept under no_sync
+        self._hidden: list[nn.Parameter] | None = None     # the shards, while full views are installed
 
     @property
     def shards(self) -> list[nn.Parameter]:
         """This rank's pieces, read from the modules (so ``.to()`` or ``assign=True`` loads stick)."""
+        if self._hidden is not None:
+            return self._hidden
         return [own[0][0]._parameters[own[0][1]] for own in self.owners]
 
     def views(self, full: torch.Tensor) -> list[torch.Tensor]:
         return [full[o:o + shape.numel()].view(shape) for o, shape in zip(self.offsets, self.shapes)]
 
-    def install(self, tensors) -> None:
-        """Make ``tensors`` (full views, or the shards again) the modules' parameters."""
+    def _set(self, tensors) -> None:
         for t, own in zip(tensors, self.owners):
             for owner, attr in own:
                 owner._parameters[attr] = t
+
+    def install_views(self, views) -> None:
+        """Make ``views`` (of a full buffer) the modules' parameters; the shards are kept aside."""
+        if self._hidden is None:
+            self._hidden = self.shards
+        self._set(views)
+
+    def install_shards(self) -> None:
+        """Make the shards the modules' parameters again (does nothing if they already are)."""
+        if self._hidden is not None:
+            self._set(self._hidden)
+            self._hidden = None
 
     def fill_mine(self, flat: torch.Tensor, values) -> torch.Tensor:
         """Copy ``values`` (this rank's pieces, None = zeros) into ``flat``'s slice of this rank."""
@@ -165,16 +185,18 @@ class _GatherParams(torch.autograd.Function):
     (reduce-scatter, averaged over ranks), and the full buffer is freed."""
 
     @staticmethod
-    def forward(ctx, group: Group, *shards: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
+    def forward(ctx, group: Group, done, *shards: torch.Tensor) -> torch.Tensor:  # noqa: ARG004
         full = group.gather()
-        ctx.group, ctx.storage = group, full.untyped_storage()
+        ctx.group, ctx.done, ctx.storage = group, done, full.untyped_storage()
         return full
 
     @staticmethod
     def backward(ctx, grad_full: torch.Tensor):
         group, ctx.group = ctx.group, None
         ctx.storage.resize_(0)
-        return (None, *group.reduce(grad_full))
+        grads = group.reduce(grad_full)
+        ctx.done(group)
+        return (None, None, *grads)
 
 
 def _free(t: torch.Tensor) -> None:
@@ -182,10 +204,19 @@ def _free(t: torch.Tensor) -> None:
 
 
 class _Call:
-    """One forward of a unit: its full buffers, and whether they were freed after forward."""
+    """One forward of a unit: its full buffers and the views of them the forward used, whether the
+    buffers were freed after forward, and how far its backward got (``pending`` groups to reduce)."""
 
-    def __init__(self, fulls: list[torch.Tensor], shards: list[list[nn.Parameter]]) -> None:
-        self.fulls, self.shards, self.freed = fulls, shards, False
+    def __init__(self, groups: list[Group]) -> None:
+        self.fulls: list[torch.Tensor] = []
+        self.views: list[list[torch.Tensor]] = []
+        self.freed = self.started = self.finished = False
+        self.pending = sum(g.requires_grad for g in groups) if torch.is_grad_enabled() else 0
+
+    @property
+    def in_backward(self) -> bool:
+        """Its backward has begun and has not finished (gradients reduced, or the pass ended)."""
+        return self.started and not self.finished
 
 
 class Unit:
@@ -197,34 +228,58 @@ class Unit:
         self.module, self.groups, self.shared = module, groups, shared
         self.reshard, self.is_root = reshard, is_root
         self.last: _Call | None = None
+        self.backward_call: _Call | None = None           # whose pre-backward ran last
+        self._recomputing = False
         self.peak_bytes = 0                                # bytes of full params while gathered
         module.register_forward_pre_hook(self.pre_forward, with_kwargs=True)
         module.register_forward_hook(self.post_forward)
 
     def pre_forward(self, module, args, kwargs):  # noqa: ARG002
-        grad = torch.is_grad_enabled()
-        fulls, shards = [], []
-        for g in self.groups:
-            s = g.shards
-            if g.requires_grad and grad:
-                full = _GatherParams.apply(g, *s)
-            else:
-                with torch.no_grad():
-                    full = g.gather()
-            g.install(g.views(full))
-            fulls.append(full)
-            shards.append(s)
-        self.last = _Call(fulls, shards)
-        self.peak_bytes = max(self.peak_bytes, sum(f.untyped_storage().nbytes() for f in fulls))
+        call = self.backward_call
+        self._recomputing = call is not None and call.in_backward
+        if self._recomputing:                      # a checkpoint re-running this unit in its backward
+            self._refill(call)
+        else:
+            grad = torch.is_grad_enabled()
+            call = _Call(self.groups)
+            for g in self.groups:
+                if g.requires_grad and grad:
+                    full = _GatherParams.apply(g, lambda grp, c=call: self._group_done(c, grp), *g.shards)
+                else:
+                    with torch.no_grad():
+                        full = g.gather()
+                call.fulls.append(full)
+                call.views.append(g.views(full))
+                g.install_views(call.views[-1])
+            self.last = call
+            self.peak_bytes = max(self.peak_bytes, sum(f.untyped_storage().nbytes() for f in call.fulls))
         dt = self.shared.mp.param_dtype
         if dt is not None and self.shared.mp.cast_forward_inputs:
             args, kwargs = _cast((args, kwargs), dt)
         return args, kwargs
 
+    def _refill(self, call: _Call) -> None:
+        """Refill ``call``'s buffers if freed and install the views its forward used."""
+        if call.freed:
+            call.freed = False
+            for g, f in zip(self.groups, call.fulls):
+                g.gather(f)
+        for g, v in zip(self.groups, call.views):
+            g.install_views(v)
+
+    def _group_done(self, call: _Call, group: Group) -> None:
+        """``group``'s gradient of ``call`` is reduced: its shards are the parameters again."""
+        group.install_shards()
+        call.pending -= 1
+        call.finished = call.pending == 0
+
     def post_forward(self, module, args, output):  # noqa: ARG002
+        if self._recomputing:                      # the recompute's buffers are backward's: keep them
+            self._recomputing = False
+            return output
         call = self.last
-        for g, s in zip(self.groups, call.shards):
-            g.install(s)
+        for g in self.groups:
+            g.install_shards()
         if not torch.is_grad_enabled():
             self.free_last()
         else:
@@ -239,21 +294,25 @@ class Unit:
         return _cast(output, dt) if self.is_root and dt is not None else output
 
     def _pre_backward(self, call: _Call, grad: torch.Tensor) -> torch.Tensor:
-        if call.freed:
-            call.freed = False
-            for g, f in zip(self.groups, call.fulls):
-                g.gather(f)
+        if not call.finished:                      # (a late hook after its gradient is done: nothing)
+            call.started = True
+            self.backward_call = call
+            self._refill(call)
         if not self.shared.queued:
             self.shared.queued = True
             queue_end_of_backward(self.shared.finish_backward)
         return grad
 
     def free_last(self) -> None:
-        if self.last is not None:
-            for f in self.last.fulls:
-                _free(f)
-
-
-def _cast(tree, dtype: torch.dtype):
-    return tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point()
-                    else t, tree)
+        """Shards back in the modules; the last call's buffers freed unless its backward is under
+        way (a reentrant checkpoint's inner backward ends inside the outer one)."""
+        self._recomputing = False
+        for g in self.groups:
+            g.install_shards()
+        for call in (self.last, self.backward_call):
+            if call is not None and not (call.in_backward and call.pending > 0):
+                for f in call.fulls:
+                    _free(f)
+                call.freed = call.finished = True
+        if self.backward_call is not None and self.backward_call.finished:
+            self.backward_call = None

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from .counting import as_comm, optimizer_state_bytes, storage_bytes
 from .dp import broadcast_from_rank0, make_buckets, queue_end_of_backward
+from .grad_clip import HeldGrad, clip_grads_, held_grad
 
 __all__ = ["ZeroOptimizer"]
 
@@ -47,8 +48,11 @@ class ZeroOptimizer(torch.optim.Optimizer):
     * ``comm``: a :class:`~course_lib.parallel.counting.CountingComm` or a plain ProcessGroup
       (``process_group=`` works too); ``broadcast=True`` copies rank 0's values to every rank at
       construction and then resets ``comm``'s counts.
-    * Gradients go from ``p.grad`` into the buckets as each is accumulated, and ``p.grad`` is then
-      None again; :meth:`full_grads` gathers the averaged gradients (after ``step``).
+    * Gradients go from ``p.grad`` into the buckets as each is accumulated; ``p.grad`` is then a
+      :class:`~course_lib.parallel.grad_clip.HeldGrad` placeholder on which any computation raises
+      (so ``torch.nn.utils.clip_grad_norm_`` fails loudly instead of seeing no gradient).
+      :meth:`clip_grad_norm_` clips by the true global norm (after backward, before ``step``);
+      :meth:`full_grads` gathers the averaged gradients (after ``step``).
     * ``state_dict()`` is this rank's shard of the optimizer state: each rank saves its own and
       loads it back into a ZeroOptimizer built the same way on the same number of ranks.
       :meth:`full_state_dict` gathers the whole state in ``optimizer_cls``'s own format (what an
@@ -90,6 +94,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             raise ValueError("params holds no parameter that requires grad")
         for b in self.buckets:
             for p in b.params:
+                p.register_hook(lambda g, p=p: self._drop_placeholder(p, g))
                 p.register_post_accumulate_grad_hook(self._on_grad)
         self.optim = optimizer_cls(inner_groups)
         for outer, inner in zip(self.param_groups, self.optim.param_groups):
@@ -99,6 +104,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._in_backward = False
 
     # ------------------------------------------------------------------ backward
+    @staticmethod
+    def _drop_placeholder(p: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        """Before autograd accumulates into ``p.grad``: the placeholder goes, the bucket adds up."""
+        if isinstance(p.grad, HeldGrad):
+            p.grad = None
+        return grad
+
     def _on_grad(self, p: torch.Tensor) -> None:
         b, i = self._slot_of[id(p)]
         if not self._in_backward:                # the first gradient of this backward pass
@@ -108,7 +120,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             b.slots = b.views(b.grad)
         with torch.no_grad():
             b.slots[i].copy_(p.grad)
-        p.grad = None
+        p.grad = held_grad(p)
         b.extra["filled"][i] = True
         b.ready += 1
         if b.ready == len(b.params):
@@ -180,10 +192,24 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the accumulated gradients (and clear any ``p.grad``, as torch's optimizers do)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                if isinstance(p.grad, HeldGrad):
+                    p.grad = None
         super().zero_grad(set_to_none)
         self._collect()
         for b in self.buckets:
             b.extra["acc"] = b.extra["shard"].grad = None
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """Scale the averaged gradients so that their global ``norm_type``-norm (over every shard
+        on every rank, as if one process held them all) is at most ``max_norm``; return that norm
+        (before clipping). A collective: call it on every rank after backward, before ``step``;
+        every rank scales by the same factor, as ``torch.nn.utils.clip_grad_norm_`` does."""
+        self._collect()
+        return clip_grads_([b.extra.get("acc") for b in self.buckets], [], max_norm, norm_type,
+                           self.comm, error_if_nonfinite)
 
     def state_dict(self) -> dict:
         """This rank's shard of the optimizer state, with the param groups' hyperparameters."""
