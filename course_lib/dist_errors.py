@@ -7,8 +7,9 @@ merely lost it listed as consequences.
 from __future__ import annotations
 
 import signal
+import time
 
-__all__ = ["RankError"]
+__all__ = ["RankError", "RankHung"]
 
 
 class RankError(RuntimeError):
@@ -80,3 +81,69 @@ def _blame(reports: dict[int, tuple], died: list[int], procs: list) -> RankError
         return RankError(first, _death(procs[first]), died=True, exitcode=procs[first].exitcode,
                          secondary=secondary)
     return RankError(first, text[first], secondary=secondary)
+
+
+# What a rank's error says when it gave up waiting for a peer, in a collective or at the store.
+_WAITED = ("Timed out waiting", "Watchdog caught collective operation timeout", "Socket Timeout",
+           "wait timeout after")
+
+
+class RankHung(TimeoutError):
+    """A rank stopped making progress: it neither finished nor failed, while its peers timed out
+    waiting for it (or the run's own timeout passed). ``rank`` is the rank to look at first,
+    ``ranks`` every rank that hung, ``progress`` what each rank's progress stamp last said
+    (:mod:`course_lib.dist_progress`), and ``secondary`` the errors of the ranks that waited.
+
+    A ``TimeoutError``, not a ``RankError``: code that tells a rank that raised from a run that
+    hung (``except RankError: ... except TimeoutError: ...``) keeps telling them apart."""
+
+    __module__ = "course_lib.dist"
+
+    def __init__(self, ranks: list[int], headline: str, progress: dict[int, str],
+                 secondary: dict[int, str] | None = None) -> None:
+        self.rank, self.ranks = ranks[0], list(ranks)
+        self.progress = dict(progress)
+        self.secondary = dict(secondary or {})
+        msg = f"rank {ranks[0]} hung: {headline}: {progress[ranks[0]]}" + "".join(
+            f"\nrank {r} hung too: {progress[r]}" for r in ranks[1:])
+        if self.secondary:
+            msg += "\nthe ranks that waited for it:" + "".join(
+                f"\n  rank {r}: {progress[r]}; then {_last_line(t)}"
+                for r, t in self.secondary.items())
+        super().__init__(msg)
+
+
+def _waited(text: str) -> bool:
+    """Whether a rank's error is only that of waiting for a peer that did not come (or left)."""
+    return any(m in text for m in _WAITED + _PEER_LOST)
+
+
+def _hang(pending: list[int], reports: dict[int, tuple], stamps: dict[int, dict], *,
+          timeout: float, collective_timeout: float) -> RankHung:
+    """The error of a run in which no rank failed on its own: the ranks still running (or, if
+    none is, every rank that timed out) are the ones that hung; among them, those not waiting in
+    a collective (or whose heartbeat stopped) are named first, since the others wait for them."""
+    from . import dist_progress
+    now = time.time()
+    errors = [r for r in reports if reports[r][0] == "error"]
+    errors.sort(key=lambda r: not any(m in reports[r][1] for m in _WAITED))   # who timed out, first
+    progress = {r: (f"last seen {stamps[r]['doing']}" if r in stamps else "no progress stamp")
+                for r in errors}
+    if not pending:
+        headline = (f"every rank timed out waiting inside a collective (after {collective_timeout:g} s): "
+                    f"they do not call the same collectives, or one waits for a rank that never calls it")
+        return RankHung(errors, headline, {r: f"{progress[r]}; then {_last_line(reports[r][1])}"
+                                           for r in errors})
+
+    def stuck(r: int) -> bool:
+        s = stamps.get(r)
+        return not s or not s["collective"] or now - s["t"] > 1.0
+    hung = [r for r in pending if stuck(r)] or pending
+    waiting = {r: "still waiting when the run was stopped" for r in pending if r not in hung}
+    progress |= {r: dist_progress.describe(stamps.get(r), now) for r in pending}
+    if errors:
+        headline = (f"it stopped making progress while its peers waited for it "
+                    f"(they timed out after the collective timeout, {collective_timeout:g} s)")
+    else:
+        headline = f"it did not finish within the run's timeout, {timeout:g} s"
+    return RankHung(hung, headline, progress, {r: reports[r][1] for r in errors} | waiting)
