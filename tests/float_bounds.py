@@ -21,6 +21,11 @@ from __future__ import annotations
 import math
 
 U32 = 2.0 ** -24   # fp32 unit roundoff (round to nearest)
+# The tiny GPT's gradients after one backward, split across ranks vs. whole (tensor and context
+# parallel tests): measured 6.7e-8 to 9.7e-8 on AVX-512, AVX2 and default kernels. 1e-6 is 10x
+# that; a missing all-reduce or a wrong shard moves a gradient by its own size (~1e-2), 10^4x more.
+# (A derived bound would need each gradient's sum of |terms|, which the workers do not report.)
+GRAD_GAP = 1e-6
 
 
 def gamma(n: int, u: float = U32) -> float:
@@ -50,3 +55,22 @@ def adam_param_gap(lr: float, steps: int, weight_decay: float = 0.0,
     for t in range(1, steps + 1):
         gap = gap * (1 - lr * weight_decay) + 2 * lr * adam_step_bound(t, betas)
     return gap
+
+
+def gpt_loss_depth(cfg, batch: int = 2) -> int:
+    """The longest chain of fp32 additions behind one loss value of ``course_lib.model.GPT``: per
+    layer the two LayerNorms, the QKV, output and MLP-up products (d_model terms each), the
+    MLP-down product (4·d_model), the attention scores (head_dim), softmax and A·V (seq_len
+    each); then the final LayerNorm, the logits (d_model), the log-sum-exp over the vocabulary
+    and the mean over the batch·seq_len tokens."""
+    d, s = cfg.d_model, cfg.seq_len
+    per_layer = 2 * d + 3 * d + 4 * d + d // cfg.n_heads + 2 * s
+    return cfg.n_layers * per_layer + 2 * d + cfg.vocab_size + batch * s
+
+
+def sgd_param_gap(lr: float, momentum: float, steps: int, grad_gap: float) -> float:
+    """Two SGD-with-momentum runs whose gradients differ by at most ``grad_gap`` per step: the
+    gap of step s reaches the parameters through lr·Σ_{t≥s} μ^(t−s). The factor 2 covers the
+    gradients' feedback from the parameters' own gap (curvature × a gap of this size, far below
+    ``grad_gap`` for the course's tiny models)."""
+    return lr * sum(momentum ** i for t in range(steps) for i in range(t + 1)) * 2 * grad_gap

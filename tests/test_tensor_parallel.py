@@ -12,7 +12,7 @@ from course_lib.parallel import tp_checks as T
 from course_lib.parallel.counting import CountingComm
 from course_lib.parallel.sequence import gather_sequence, scatter_sequence
 from course_lib.parallel.tensor import ColumnParallelLinear, ParallelBlock
-from float_bounds import adam_param_gap, fp32_sum_gap
+from float_bounds import GRAD_GAP, adam_param_gap, fp32_sum_gap, gpt_loss_depth, sgd_param_gap
 
 TRAIN = [dict(check="train"),
          dict(check="train", sequence_parallel=True),
@@ -32,33 +32,17 @@ def results(request):
     return t, launch(T.tp_cases_worker, t, threads_per_rank=1, timeout=120, cases=TRAIN + BYTES + [EXTRA[t]])
 
 
-def _loss_depth(cfg) -> int:
-    """The longest chain of fp32 additions behind one loss value: per layer the two LayerNorms,
-    the QKV, output and MLP-up products (d_model terms each), the MLP-down product (4·d_model),
-    the attention scores (head_dim), softmax and A·V (seq_len each); then the final LayerNorm,
-    the logits (d_model), the log-sum-exp over the vocabulary and the mean over the tokens."""
-    d, s = cfg.d_model, cfg.seq_len
-    per_layer = 2 * d + 3 * d + 4 * d + d // cfg.n_heads + 2 * s
-    return cfg.n_layers * per_layer + 2 * d + cfg.vocab_size + 2 * s   # batch 2
-
-
 # The worker's optimizers (tp_checks.tp_equivalence_worker): SGD(lr 0.1, momentum 0.9) and
 # AdamW(lr 1e-2, weight decay 0.1, torch's default betas), 3 steps.
 SGD_LR, SGD_MOMENTUM, ADAM_LR, ADAM_WD, STEPS = 0.1, 0.9, 1e-2, 0.1, 3
-# Gradients after one backward, split vs. whole: measured 6.7e-8 to 9.7e-8 on AVX-512, AVX2 and
-# default kernels; 1e-6 is 10x that, and a missing all-reduce or a wrong shard moves a
-# gradient by its own size (~1e-2 here), 10^4 times more.
-GRAD_GAP = 1e-6
 
 
 def test_tp_model_trains_exactly_like_the_unsplit_gpt(results):
     t, by_rank = results
     # loss: both sides add the same terms in another order; relative rounding γ_n each way
-    loss_bound = lambda loss: fp32_sum_gap(_loss_depth(T.TINY), abs(loss))   # noqa: E731
-    # SGD with momentum: a gradient gap g at step s moves the parameters apart by lr·Σ μ^(t−s)
-    # over the later steps t; 2·GRAD_GAP per step also covers the gradients' feedback from the
-    # parameters' own gap (curvature × ~1e-7, far below GRAD_GAP)
-    sgd_bound = SGD_LR * sum(SGD_MOMENTUM ** i for t_ in range(STEPS) for i in range(t_ + 1)) * 2 * GRAD_GAP
+    loss_bound = lambda loss: fp32_sum_gap(gpt_loss_depth(T.TINY), abs(loss))   # noqa: E731
+    # SGD with momentum: each step's gradient gap reaches the parameters through lr·Σ μ^(t−s)
+    sgd_bound = sgd_param_gap(SGD_LR, SGD_MOMENTUM, STEPS, GRAD_GAP)
     # AdamW: a gradient at the rounding level can flip the sign of a whole update (float_bounds)
     adam_bound = adam_param_gap(ADAM_LR, STEPS, ADAM_WD)
     for rank, res in enumerate(by_rank):
