@@ -3,6 +3,8 @@ unsplit one on 2 and 4 gloo ranks, and each layer sends exactly the bytes of the
 
 Every case of a world size runs in one launch (``tp_checks.tp_cases_worker``); the reference is
 the same ``course_lib.model.GPT`` trained whole on every rank."""
+import math
+
 import pytest
 import torch
 
@@ -83,7 +85,10 @@ def test_pytorch_dtensor_tp_gives_the_same_losses(results):
     for res in by_rank:
         r = res[-1]
         assert set(r["loss_gap"]) == {"ours_ring", "ours_native", "dtensor", "unsplit"}
-        assert max(r["loss_gap"].values()) < 2e-6, r["loss_gap"]
+        # the same terms added in another order (float_bounds); |loss| ≤ ln(vocab) + 1 (a fresh GPT
+        # gives ln(vocab), training lowers it)
+        bound = fp32_sum_gap(gpt_loss_depth(T.TINY), math.log(T.TINY.vocab_size) + 1)
+        assert max(r["loss_gap"].values()) < bound, r["loss_gap"]
         assert r["ratio"] > 0 and all(v > 0 for v in r["seconds"].values())
 
 
