@@ -6,10 +6,13 @@ gives each a process group (gloo on CPU, NCCL when there is one GPU per rank), c
 
 Guarantees, each covered by a test: the launcher itself holds the rendezvous store, on a port the
 operating system picked (so concurrent launches never race for a port); the process group
-and the whole run have timeouts; if any rank raises, ``launch`` raises ``RankError`` carrying
-that rank's traceback; if a rank hangs or dies, ``launch`` raises instead of waiting forever, and
-a rank that died (its exit code or signal) is named before the peers that only lost it; and
-no process outlives the call, whatever happens (children also die if the launching process dies).
+and the whole run have timeouts, the collectives' shorter than the run's; if any rank raises,
+``launch`` raises ``RankError`` carrying that rank's traceback; a rank that died (its exit code or
+signal) is named before the peers that only lost it; a rank that hangs is named, with what it was
+doing (each rank stamps its progress, :mod:`course_lib.dist_progress`), instead of the peers that
+timed out waiting for it; and no process outlives the call, whatever happens: each rank leads its
+own process group, killed whole when the run ends, so what a rank started goes with it (and the
+ranks die if the launching process dies).
 
 A worker is any importable module-level function, or a function defined in a notebook: its
 source is shipped to the ranks and executed there, so it must import what it uses inside itself.
@@ -31,37 +34,12 @@ import time
 from typing import Any
 from collections.abc import Callable
 
+from . import dist_progress
+from .dist_errors import (_GRACE_S, _MAIN_HINT, _UNGUARDED_MAIN_EXIT, _WAITED, RankError, RankHung, _blame, _hang,
+                          _waited)
 from .dist_rank import RankContext, _make_context, _rank_main, _resolve, _worker_spec
 
-__all__ = ["RankContext", "RankError", "launch", "free_port", "default_backend", "run_from_env"]
-
-
-class RankError(RuntimeError):
-    """A rank raised or died. ``rank`` is the rank to look at first: a rank that died is named
-    before the peers that merely lost it. ``remote_traceback`` is its traceback, or how it died
-    (then ``exitcode`` holds its exit code, negative for a signal); ``secondary`` maps the other
-    failed ranks to their errors, most likely consequences of the first."""
-
-    def __init__(self, rank: int, remote_traceback: str, *, died: bool = False,
-                 exitcode: int | None = None, secondary: dict[int, str] | None = None) -> None:
-        self.rank = rank
-        self.remote_traceback = remote_traceback
-        self.exitcode = exitcode
-        self.secondary = dict(secondary or {})
-        msg = (f"rank {rank} died: {remote_traceback}" if died
-               else f"rank {rank} failed:\n{remote_traceback.rstrip()}")
-        deaths = {r: t for r, t in self.secondary.items() if t.startswith("died: ")}
-        msg += "".join(f"\nrank {r} died too: {t[len('died: '):]}" for r, t in deaths.items())
-        errors = {r: t for r, t in self.secondary.items() if r not in deaths}
-        if errors:
-            msg += f"\nthe other ranks' errors, most likely consequences of rank {rank}'s failure:" + "".join(
-                f"\n  rank {r}: {_last_line(t)}" for r, t in errors.items())
-        super().__init__(msg)
-
-
-def _last_line(text: str) -> str:
-    """The last non-blank line of a traceback: the exception itself."""
-    return ([ln for ln in text.splitlines() if ln.strip()] or [""])[-1].strip()
+__all__ = ["RankContext", "RankError", "RankHung", "launch", "free_port", "default_backend", "run_from_env"]
 
 
 def free_port() -> int:
@@ -89,50 +67,10 @@ def default_backend(world_size: int) -> str:
     return "gloo"
 
 
-# A rank exits with this code when, while starting, it re-imports a script that calls launch() at
-# its top level (see launch()); the launcher then tells the user about the missing main guard.
-_UNGUARDED_MAIN_EXIT = 78
-_MAIN_HINT = ("every rank imports the launching script, and this one calls launch() at its top "
-              "level: move the call under `if __name__ == '__main__':`")
-# A peer's error with one of these texts is what a rank sees when another rank's process is gone.
-_PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-              "remote process exited", "NCCL communicator was aborted", "ncclRemoteError")
-# After the first failure, how long to wait for the other ranks' reports and exit statuses.
-_GRACE_S = 1.0
-
-
-def _death(proc) -> str:
-    """Why a rank's process ended without a report: its exit code or the signal that killed it."""
-    code = proc.exitcode
-    if code == _UNGUARDED_MAIN_EXIT:
-        return f"exited while starting ({_MAIN_HINT})"
-    if code is None:
-        return "closed its connection to the launcher without reporting a result"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code} without reporting a result"
-
-
-def _blame(reports: dict[int, tuple], died: list[int], procs: list) -> RankError:
-    """The error of a failed run: a rank that died comes first (its peers' errors are most likely
-    consequences), then a rank that raised on its own, then one that raised for a lost peer."""
-    errors = [r for r in reports if reports[r][0] == "error"]   # in arrival order
-    own = [r for r in errors if not any(m in reports[r][1] for m in _PEER_LOST)]
-    first, *rest = died + own + [r for r in errors if r not in own]
-    text = {r: f"died: {_death(procs[r])}" for r in died} | {r: reports[r][1] for r in errors}
-    secondary = {r: text[r] for r in rest}
-    if first in died:
-        return RankError(first, _death(procs[first]), died=True, exitcode=procs[first].exitcode,
-                         secondary=secondary)
-    return RankError(first, text[first], secondary=secondary)
-
-
 def _stop(procs: list) -> None:
     """Terminate, then kill, every process still alive, and reap them all (a process that
-    never started, because starting an earlier one failed, is skipped)."""
+    never started, because starting an earlier one failed, is skipped); then kill what is left of
+    each rank's process group: the processes the ranks started, which outlive a rank that exits."""
     procs = [p for p in procs if p.pid is not None]
     for p in procs:
         if p.is_alive():
@@ -143,6 +81,41 @@ def _stop(procs: list) -> None:
         if p.is_alive():
             p.kill()
             p.join(2.0)
+    _kill_groups([p.pid for p in procs])
+
+
+def _kill_groups(pgids: list[int]) -> None:
+    """SIGKILL every process in these process groups (each rank leads its own, see
+    ``dist_rank._own_process_group``) and wait, up to 5 s, until none of them is running.
+
+    A group exists only while a process in it lives, and Linux gives no new process the id of a
+    live group, so a group id taken from a rank never names someone else's processes."""
+    for g in pgids:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, AttributeError):
+            pass   # the group is empty already (or not POSIX)
+    deadline = time.monotonic() + 5.0
+    while _group_members(set(pgids)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_members(pgids: set[int]) -> list[int]:
+    """Pids of the running (not zombie) processes in these process groups, from /proc (Linux)."""
+    found = []
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return found
+    for e in entries:
+        try:
+            with open(f"/proc/{e}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()   # after "(command name)"
+        except OSError:
+            continue   # it ended meanwhile
+        if fields[0] not in (b"Z", b"X") and int(fields[2]) in pgids:
+            found.append(int(e))
+    return found
 
 
 def _mp_context():
@@ -161,13 +134,17 @@ def _mp_context():
 
 
 def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
-           timeout: float = 120.0, threads_per_rank: int | None = None, **kwargs: Any) -> list:
+           timeout: float = 120.0, threads_per_rank: int | None = None,
+           collective_timeout: float | None = None, **kwargs: Any) -> list:
     """Run ``worker(ctx, **kwargs)`` on ``world_size`` real processes; return results by rank.
 
-    ``timeout`` bounds the whole run and each collective (seconds). Raises ``RankError`` when a
-    rank raises or dies (a rank that died is named before the peers that lost it),
-    ``TimeoutError`` naming the ranks that had not finished, and ``ValueError`` for bad
-    arguments. All ranks are stopped before this function returns.
+    ``timeout`` bounds the whole run (seconds); ``collective_timeout`` each collective (default
+    three quarters of ``timeout``): shorter, so that a rank left waiting for a hung peer gives up
+    and reports while the run still has time to say which rank hung. Raises ``RankError`` when a
+    rank raises or dies (a rank that died is named before the peers that lost it), ``RankHung``
+    (a ``TimeoutError``) naming the rank that stopped making progress and what it was doing
+    (from each rank's progress stamps, :mod:`course_lib.dist_progress`), and ``ValueError`` for
+    bad arguments. Every rank, and every process a rank started, is stopped before this returns.
     """
     if getattr(mp.current_process(), "_inheriting", False):
         # This process is a rank still importing the launching script, which calls launch() at
@@ -177,6 +154,12 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     from ._validate import positive, positive_int
     world_size = positive_int("world_size", world_size)
     timeout = positive("timeout", timeout)
+    collective_timeout = 0.75 * timeout if collective_timeout is None else positive(
+        "collective_timeout", collective_timeout)
+    if collective_timeout >= timeout:
+        raise ValueError(f"collective_timeout ({collective_timeout:g} s) must be shorter than timeout "
+                         f"({timeout:g} s): a rank waiting for a hung peer must give up while the run "
+                         f"can still report which rank hung")
     backend = backend or default_backend(world_size)
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
@@ -186,15 +169,19 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     store = _rendezvous_store(world_size, timeout)   # held here, so its port cannot be taken meanwhile
     port = store.port
     pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]   # one (reader, writer) per rank
+    stamps = dist_progress.make(ctx, world_size)
     procs = [ctx.Process(target=_rank_main, name=f"course-rank-{r}",
-                         args=(r, world_size, port, backend, timeout, threads, spec, kwargs, w))
+                         args=(r, world_size, port, backend, collective_timeout, threads, spec, kwargs, w,
+                               stamps, timeout))
              for r, (_, w) in enumerate(pipes)]
     try:
         for p, (_, w) in zip(procs, pipes):
             p.start()
             w.close()   # the rank holds the only writer now: its death reads as end-of-file here
         deadline = time.monotonic() + timeout
-        reports = _collect(procs, [r for r, _ in pipes], deadline, timeout)
+        reports = _collect(procs, [r for r, _ in pipes], deadline, timeout,
+                           lambda pending, reports: _hang(pending, reports, dist_progress.read(stamps, world_size),
+                                                          timeout=timeout, collective_timeout=collective_timeout))
         for p in procs:
             p.join(timeout=max(1.0, deadline - time.monotonic()))
         return [pickle.loads(reports[r][1]) for r in range(world_size)]
@@ -206,12 +193,15 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
         del store
 
 
-def _collect(procs: list, readers: list, deadline: float, timeout: float) -> dict[int, tuple]:
+def _collect(procs: list, readers: list, deadline: float, timeout: float,
+             hang: Callable[[list[int], dict], Exception]) -> dict[int, tuple]:
     """Every rank's report, or the error that says which rank to blame.
 
     A rank is done when its report arrives or its pipe closes without one (it died). After the
     first failure the others get ``_GRACE_S`` more to report or die: a peer's "connection closed"
-    error often arrives before the dead rank's exit is seen, and must not be blamed."""
+    error often arrives before the dead rank's exit is seen, and must not be blamed. When no rank
+    died or raised an error of its own (the errors only say that they waited for a peer),
+    ``hang(still_running, reports)`` makes the error that names the rank that hung."""
     reports: dict[int, tuple] = {}
     died: list[int] = []
     pending = dict(enumerate(readers))
@@ -225,13 +215,13 @@ def _collect(procs: list, readers: list, deadline: float, timeout: float) -> dic
                 died.append(r)
             if not failed and (r in died or reports[r][0] == "error"):
                 failed, until = True, min(deadline, time.monotonic() + _GRACE_S)
-    if not failed and pending:
-        raise TimeoutError(f"ranks {sorted(pending)} did not finish within {timeout:g} s "
-                           f"(a hang, a deadlock or a missing collective?)")
-    if not failed:
+    if not failed and not pending:
         return reports
     for r in died:   # the fork server relays exit statuses: give it a moment
         procs[r].join(max(0.5, until - time.monotonic()))
+    errors = [reports[r][1] for r in reports if reports[r][0] == "error"]
+    if not died and all(_waited(e) for e in errors) and (pending or any(m in e for e in errors for m in _WAITED)):
+        raise hang(sorted(pending), reports)
     raise _blame(reports, died, procs)
 
 

@@ -85,13 +85,30 @@ def _make_context(rank: int, world_size: int, local_rank: int, backend: str):
     return RankContext(rank, world_size, local_rank, backend, device, dist.group.WORLD)
 
 
+def _own_process_group() -> None:
+    """Lead a process group of its own, which every process this rank starts joins (unless it
+    asks for a new session): the launcher kills the whole group, so none outlives the run."""
+    try:
+        os.setpgid(0, 0)
+    except (AttributeError, OSError):   # not POSIX: only the rank itself is stopped
+        pass
+
+
 def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: float,
-               threads: int, spec: tuple[str, str, str], kwargs: dict, conn: Any) -> None:
+               threads: int, spec: tuple[str, str, str], kwargs: dict, conn: Any,
+               progress: Any = None, start_timeout_s: float | None = None) -> None:
     """Entry point of one rank: set up, run the worker, send one report down ``conn``, tear down.
 
+    ``timeout_s`` is the collective timeout, ``start_timeout_s`` how long to wait for the peers
+    to reach the rendezvous (default: the same); ``progress`` the launcher's shared progress stamps
+    (:mod:`course_lib.dist_progress`), which a thread of this rank keeps up to date.
     The report goes out before the teardown, which the peers may notice, so that a rank's own
     error reaches the launcher ahead of the errors its exit causes in the other ranks."""
     _die_with_parent()
+    _own_process_group()
+    if progress is not None:
+        from . import dist_progress
+        dist_progress.start(progress, rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), PYTHONWARNINGS="ignore")
     import warnings
@@ -101,7 +118,8 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         import torch.distributed as dist
         torch.set_num_threads(threads)
         timeout = datetime.timedelta(seconds=timeout_s)
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
+        start = datetime.timedelta(seconds=start_timeout_s or timeout_s)
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=start)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
         try:
             report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),

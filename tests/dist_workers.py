@@ -157,3 +157,41 @@ def zero_reference(steps=3, saved=None, saved_weights=None):
         opt.load_state_dict(saved)
     _zero_train(model, opt, x, y, steps)
     return {"state": opt.state_dict(), "weights": model.state_dict()}
+
+
+def hang_before_collective(ctx, bad_rank=1):
+    """Rank ``bad_rank`` sleeps forever just before an all-reduce that its peers are blocked in."""
+    import torch
+    import torch.distributed as dist
+    if ctx.rank == bad_rank:
+        time.sleep(3600)
+    t = torch.ones(2)
+    dist.all_reduce(t, group=ctx.group)
+    return t.tolist()
+
+
+def mismatched_collectives(ctx):
+    """Rank 0 waits in a broadcast from rank 1, rank 1 in a broadcast from rank 0: a deadlock in
+    which every rank is inside a collective."""
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(2)
+    dist.broadcast(t, src=1 - ctx.rank, group=ctx.group)
+    return t.tolist()
+
+
+def start_child_then(ctx, folder, then, bad_rank=1):
+    """Rank ``bad_rank`` starts a ``sleep 1000`` process, writes its pid to ``folder``/child.pid,
+    then ``then``: "raise" (a ZeroDivisionError), "hang" (sleeps forever) or "return"."""
+    import subprocess
+    if ctx.rank == bad_rank:
+        child = subprocess.Popen(["sleep", "1000"])
+        path = os.path.join(folder, "child.pid")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(child.pid))
+        os.replace(path + ".tmp", path)
+        if then == "raise":
+            raise ZeroDivisionError(f"deliberate failure on rank {ctx.rank}")
+        if then == "hang":
+            time.sleep(3600)
+    return ctx.rank

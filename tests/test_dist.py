@@ -8,8 +8,8 @@ import pytest
 
 from course_lib import dist
 from dist_workers import (allreduce_rank_sum, block_until_killed, die_in_collective, exit_hard_on_rank,
-                          first_optimizer_step, hang_on_rank, raise_after_peer_lost, raise_on_rank,
-                          report_pid)
+                          first_optimizer_step, hang_before_collective, hang_on_rank, mismatched_collectives,
+                          raise_after_peer_lost, raise_on_rank, report_pid, start_child_then)
 
 
 def _alive(pids):
@@ -58,9 +58,56 @@ def test_failing_rank_raises_with_its_traceback_and_leaves_nothing():
 
 def test_hanging_rank_times_out_and_is_killed():
     t0 = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"ranks \[0\] did not finish"):
+    with pytest.raises(dist.RankHung, match=r"^rank 0 hung: it did not finish within the run's timeout, 4 s: "
+                                            r"in hang_on_rank at tests/dist_workers\.py:\d+: time\.sleep\(3600\)"):
         dist.launch(hang_on_rank, world_size=2, timeout=4)
     assert time.monotonic() - t0 < 15
+    assert not _ranks_left()
+
+
+def test_rank_hung_before_a_collective_is_named_not_the_peer_that_waited():
+    # rank 1 sleeps while rank 0 waits in the all-reduce: rank 0 times out first (the collective
+    # timeout is shorter than the run's), and the launcher names rank 1 and where it is stuck,
+    # from its progress stamps. Three trials: the verdict must not depend on who reports first.
+    for trial in range(3):
+        t0 = time.monotonic()
+        with pytest.raises(dist.RankHung) as info:
+            dist.launch(hang_before_collective, world_size=2, timeout=6, collective_timeout=2)
+        err, msg = info.value, str(info.value)
+        assert isinstance(err, TimeoutError) and not isinstance(err, dist.RankError)
+        assert err.rank == 1 and err.ranks == [1], (trial, msg)
+        assert re.match(r"rank 1 hung: it stopped making progress while its peers waited for it .*: "
+                        r"in hang_before_collective at tests/dist_workers\.py:\d+: time\.sleep\(3600\) "
+                        r"for the last \d+\.\d s", msg), (trial, msg)
+        assert list(err.secondary) == [0] and "Timed out waiting" in err.secondary[0], (trial, msg)
+        assert "rank 0: last seen in torch.distributed.all_reduce (called from hang_before_collective" in msg
+        assert time.monotonic() - t0 < 20, trial            # the collective timeout (2 s) + a grace
+        assert not _ranks_left()
+
+
+def test_a_deadlock_names_every_rank_and_its_collective():
+    with pytest.raises(dist.RankHung) as info:
+        dist.launch(mismatched_collectives, world_size=2, timeout=6, collective_timeout=2)
+    err, msg = info.value, str(info.value)
+    assert sorted(err.ranks) == [0, 1], msg
+    assert "every rank timed out waiting inside a collective" in msg
+    assert msg.count("last seen in torch.distributed.broadcast (called from mismatched_collectives") == 2, msg
+
+
+@pytest.mark.parametrize("then, error", [("raise", dist.RankError), ("hang", dist.RankHung), ("return", None)])
+def test_no_process_a_rank_started_outlives_the_launch(tmp_path, then, error):
+    # rank 1 starts `sleep 1000`; whether it then raises, hangs or returns, its child (orphaned
+    # when the rank exits) is killed with the rank's process group before launch comes back
+    kwargs = dict(world_size=2, timeout=5, folder=str(tmp_path), then=then)
+    if error is None:
+        assert dist.launch(start_child_then, **kwargs) == [0, 1]
+    else:
+        with pytest.raises(error) as info:
+            dist.launch(start_child_then, **kwargs)
+        assert info.value.rank == 1
+    child = int((tmp_path / "child.pid").read_text())
+    assert not _alive([child]), f"{then}: the rank's child {child} is still running"
+    assert not _ranks_left()
 
 
 def test_rank_that_dies_without_a_traceback_is_named():
@@ -165,6 +212,8 @@ def test_notebook_defined_worker_is_shipped_by_source():
     (dict(world_size=0), "world_size"),
     (dict(world_size=2, timeout=-1), "timeout"),
     (dict(world_size=2, backend="mpi"), "backend"),
+    (dict(world_size=2, timeout=10, collective_timeout=10), "collective_timeout .* must be shorter than timeout"),
+    (dict(world_size=2, collective_timeout=0), "collective_timeout"),
 ])
 def test_bad_arguments_name_themselves(bad, match):
     with pytest.raises(ValueError, match=match):

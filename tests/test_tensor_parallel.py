@@ -3,6 +3,8 @@ unsplit one on 2 and 4 gloo ranks, and each layer sends exactly the bytes of the
 
 Every case of a world size runs in one launch (``tp_checks.tp_cases_worker``); the reference is
 the same ``course_lib.model.GPT`` trained whole on every rank."""
+import math
+
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from course_lib.parallel import tp_checks as T
 from course_lib.parallel.counting import CountingComm
 from course_lib.parallel.sequence import gather_sequence, scatter_sequence
 from course_lib.parallel.tensor import ColumnParallelLinear, ParallelBlock
+from float_bounds import GRAD_GAP, adam_param_gap, fp32_sum_gap, gpt_loss_depth, sgd_param_gap
 
 TRAIN = [dict(check="train"),
          dict(check="train", sequence_parallel=True),
@@ -31,15 +34,28 @@ def results(request):
     return t, launch(T.tp_cases_worker, t, threads_per_rank=1, timeout=120, cases=TRAIN + BYTES + [EXTRA[t]])
 
 
+# The worker's optimizers (tp_checks.tp_equivalence_worker): SGD(lr 0.1, momentum 0.9) and
+# AdamW(lr 1e-2, weight decay 0.1, torch's default betas), 3 steps.
+SGD_LR, SGD_MOMENTUM, ADAM_LR, ADAM_WD, STEPS = 0.1, 0.9, 1e-2, 0.1, 3
+
+
 def test_tp_model_trains_exactly_like_the_unsplit_gpt(results):
     t, by_rank = results
+    # loss: both sides add the same terms in another order; relative rounding γ_n each way
+    loss_bound = lambda loss: fp32_sum_gap(gpt_loss_depth(T.TINY), abs(loss))   # noqa: E731
+    # SGD with momentum: each step's gradient gap reaches the parameters through lr·Σ μ^(t−s)
+    sgd_bound = sgd_param_gap(SGD_LR, SGD_MOMENTUM, STEPS, GRAD_GAP)
+    # AdamW: a gradient at the rounding level can flip the sign of a whole update (float_bounds)
+    adam_bound = adam_param_gap(ADAM_LR, STEPS, ADAM_WD)
     for rank, res in enumerate(by_rank):
         for case, r in zip(TRAIN, res):
             where = f"t={t} rank {rank} {case}"
-            assert r["loss_gap"] < 2e-6, where
-            assert r["grad_gap"] < 1e-6, where
-            assert r["param_gap"] < (1e-4 if case.get("optim") == "adamw" else 2e-6), where
-            assert r["moved"] > 1e-3, where     # it really trained: the gaps are 1000x smaller
+            assert r["loss_gap"] < loss_bound(max(r["losses"])), where
+            assert r["grad_gap"] < GRAD_GAP, where
+            assert r["param_gap"] < (adam_bound if case.get("optim") == "adamw" else sgd_bound), (where, r["param_gap"])
+            # it really trained: SGD's gap is 10^4 smaller than the distance moved; AdamW's
+            # worst case is not, so its equivalence rests on the loss of every step and the grads
+            assert r["moved"] > (1e-3 if case.get("optim") == "adamw" else 1e4 * sgd_bound), where
 
 
 def test_each_layer_sends_the_formulas_bytes(results):
@@ -69,7 +85,10 @@ def test_pytorch_dtensor_tp_gives_the_same_losses(results):
     for res in by_rank:
         r = res[-1]
         assert set(r["loss_gap"]) == {"ours_ring", "ours_native", "dtensor", "unsplit"}
-        assert max(r["loss_gap"].values()) < 2e-6, r["loss_gap"]
+        # the same terms added in another order (float_bounds); |loss| ≤ ln(vocab) + 1 (a fresh GPT
+        # gives ln(vocab), training lowers it)
+        bound = fp32_sum_gap(gpt_loss_depth(T.TINY), math.log(T.TINY.vocab_size) + 1)
+        assert max(r["loss_gap"].values()) < bound, r["loss_gap"]
         assert r["ratio"] > 0 and all(v > 0 for v in r["seconds"].values())
 
 

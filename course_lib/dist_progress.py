@@ -1,0 +1,131 @@
+"""Progress stamps: what each rank of a :func:`course_lib.dist.launch` run is doing, and since when.
+
+A rank that hangs says nothing; its peers only say that *they* timed out waiting. To name the rank
+that stopped, every rank runs a small daemon thread that, every ``PERIOD_S``, looks at where the
+rank's main thread is (``sys._current_frames``: the innermost Python frame, or the outermost
+``torch.distributed`` frame when it is inside a collective) and writes a stamp into a slot of
+shared memory the launcher created: the heartbeat time, what it is doing, since when it has been
+doing exactly that, and whether that is waiting in a collective. The launcher reads the slots
+when a run fails or runs out of time (:func:`read`), even after a rank has died.
+
+Cost: one frame lookup and a few hundred bytes copied per rank per period, nothing per
+collective. A worker blocked in native code that holds the GIL stops the thread too: its
+heartbeat then goes stale, which the launcher reports as such.
+
+Each slot is a seqlock (an even counter means a complete stamp), so a stamp is never read torn and
+a rank killed mid-write cannot block the reader.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import linecache
+import os
+import struct
+import sys
+import threading
+import time
+
+PERIOD_S = 0.2
+SLOT = 1024          # bytes per rank: an 8-byte counter, then the stamp as JSON, NUL-padded
+_SEQ = struct.Struct("<Q")
+_WRAPPERS = ("wrapper", "inner", "decorator", "_fn")   # names of decorators' inner functions
+
+
+def make(ctx, world_size: int):
+    """Shared memory for ``world_size`` stamps, from the multiprocessing context the ranks use."""
+    return ctx.RawArray(ctypes.c_char, SLOT * world_size)
+
+
+def _short(path: str) -> str:
+    """A file named as a reader finds it: from ``site-packages/`` on, else its last two parts."""
+    if "site-packages" + os.sep in path:
+        return path.split("site-packages" + os.sep, 1)[1]
+    return os.sep.join(path.split(os.sep)[-2:])
+
+
+def _where(frame) -> tuple[tuple, dict]:
+    """Where the main thread is: a key that changes whenever it moves, and the stamp's fields."""
+    inside, caller = [], None   # the torch.distributed frames, innermost first; who called them
+    f = frame
+    while f is not None:
+        if f"torch{os.sep}distributed{os.sep}" in f.f_code.co_filename:
+            inside.append(f)
+            caller = f.f_back
+        f = f.f_back
+    if inside:
+        # the outermost one the caller called, unless it is a decorator's wrapper around it
+        named = [f for f in reversed(inside) if f.f_code.co_name not in _WRAPPERS]
+        dist_frame = named[0] if named else inside[-1]
+        at = (f" (called from {caller.f_code.co_name} at {_short(caller.f_code.co_filename)}:{caller.f_lineno})"
+              if caller is not None else "")
+        return (id(dist_frame), dist_frame.f_code), {
+            "doing": f"in torch.distributed.{dist_frame.f_code.co_name}{at}", "collective": True}
+    code, line = frame.f_code, frame.f_lineno
+    text = linecache.getline(code.co_filename, line).strip()
+    # an asynchronous collective is waited on from the caller's own line (work.wait())
+    waiting = text.endswith(".wait()") or ".wait(" in text
+    doing = f"in {code.co_name} at {_short(code.co_filename)}:{line}" + (f": {text}" if text else "")
+    return (id(frame), code, line), {"doing": doing, "collective": waiting}
+
+
+def _write(buf, rank: int, stamp: dict) -> None:
+    data = json.dumps(stamp).encode()[:SLOT - _SEQ.size - 1]
+    base = rank * SLOT
+    seq = _SEQ.unpack(buf[base:base + _SEQ.size])[0]
+    buf[base:base + _SEQ.size] = _SEQ.pack(seq + 1)          # odd: being written
+    buf[base + _SEQ.size:base + SLOT] = data.ljust(SLOT - _SEQ.size, b"\0")
+    buf[base:base + _SEQ.size] = _SEQ.pack(seq + 2)          # even: complete
+
+
+def start(buf, rank: int) -> None:
+    """In a rank: stamp this process's main thread every ``PERIOD_S`` from a daemon thread."""
+    main = threading.main_thread().ident
+
+    def stamp_forever() -> None:
+        key, since = None, time.time()
+        while True:
+            frame = sys._current_frames().get(main)
+            if frame is None:
+                return
+            now = time.time()
+            new_key, fields = _where(frame)
+            del frame
+            if new_key != key:
+                key, since = new_key, now
+            fields["doing"] = fields["doing"][:600]   # the slot holds the rest
+            _write(buf, rank, {"t": now, "since": since, "pid": os.getpid(), **fields})
+            time.sleep(PERIOD_S)
+
+    threading.Thread(target=stamp_forever, name="course-progress", daemon=True).start()
+
+
+def read(buf, world_size: int) -> dict[int, dict]:
+    """The last complete stamp of every rank that wrote one (a rank that never started has none)."""
+    out: dict[int, dict] = {}
+    for r in range(world_size):
+        base = r * SLOT
+        for _ in range(100):
+            seq = _SEQ.unpack(buf[base:base + _SEQ.size])[0]
+            data = bytes(buf[base + _SEQ.size:base + SLOT])
+            if seq % 2 == 0 and _SEQ.unpack(buf[base:base + _SEQ.size])[0] == seq:
+                break
+            time.sleep(0.001)
+        else:
+            continue
+        if seq:
+            out[r] = json.loads(data.rstrip(b"\0"))
+    return out
+
+
+def describe(stamp: dict | None, now: float | None = None) -> str:
+    """One line for a message: what the rank was doing, for how long, and whether it was alive."""
+    if not stamp:
+        return "no progress stamp: it never got as far as starting its worker's process"
+    now = time.time() if now is None else now
+    text = f"{stamp['doing']} for the last {now - stamp['since']:.1f} s"
+    stale = now - stamp["t"]
+    if stale > max(1.0, 10 * PERIOD_S):
+        text += (f"; its heartbeat stopped {stale:.1f} s ago (blocked in native code that holds "
+                 f"the GIL, or stopped by a signal)")
+    return text
