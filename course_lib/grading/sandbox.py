@@ -237,7 +237,7 @@ class Sandbox:
             ns = os.readlink(f"/proc/{self.child}/ns/pid")
         except OSError:
             return
-        while not self._stop.wait(0.05):
+        while not self._stop.wait(0.25):
             if _count_procs(ns) > MAX_PROCS:
                 self.storm = True
                 self.kill()
