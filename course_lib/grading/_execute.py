@@ -21,7 +21,7 @@ Progress is appended to PROGRESS.jsonl as it happens, so the parent can tell how
 
 The kernel inherits this process's environment (``COURSE_GRADE_MODE`` and friends) and its resource
 limits (``--limits``). The events the grader *relies on* (``kernel``, ``cells_done``, ``unreadable``,
-``end``) also go to the status pipe ``--status-fd``, which the kernel cannot reach
+``failed_before_cells``, ``end``) also go to the status pipe ``--status-fd``, which the kernel cannot reach
 (:func:`course_lib.grading._launch.secure_status`); the progress file is only for messages. Code
 cells whose ``source`` is not text run as empty cells.
 """
@@ -161,8 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         client.execute()
     except DeadKernelError:
         progress(event="dead", cell=current["cell"])
+        if current["cell"] < 0:  # before the first cell: no student code ran, the grader failed
+            trusted(event="failed_before_cells", error="the kernel died before the first cell")
     except Exception as e:  # noqa: BLE001 - report anything else to the parent, then stop
-        progress(event="fail", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        progress(event="fail", error=why)
+        if current["cell"] < 0:
+            trusted(event="failed_before_cells", error=f"the kernel did not start: {why}")
         rc = 1
     save()
     trusted(event="end")

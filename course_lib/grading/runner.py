@@ -182,12 +182,13 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
                 time.sleep(0.1)
         finally:
             box.kill()
-        trusted = {e.get("event") for e in box.events()}
+        status = box.events()
+        trusted = {e.get("event") for e in status}
         failure = None
-        if box.storm:
-            finished = False
-        elif not trusted & {"kernel", "unreadable"}:  # no student code ran: the sandbox failed
+        if not box.storm and not trusted & {"kernel", "unreadable"}:  # no student code ran: the sandbox failed
             failure = sandbox.explain(box.log.text(), box.proc.returncode)
+        elif "failed_before_cells" in trusted:
+            failure = str(next(e.get("error") for e in status if e.get("event") == "failed_before_cells"))
         events = _events(root / "out" / "progress.jsonl")
         answers = Answers.read(root / "out" / "answers.jsonl")
         _keep(root / "out" / "executed.ipynb", executed, EXECUTED_CAP)
