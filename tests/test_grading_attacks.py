@@ -366,6 +366,12 @@ def test_copies_of_the_master_are_flagged(runs):
 
 
 # --------------------------------------------------------------------------- attacks on the run (C)
+def _outputs(executed: Path) -> str:
+    """What an executed notebook printed (its stream outputs), not its source."""
+    nb = json.loads(executed.read_text())
+    return "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+
+
 def test_evidence_forged_in_the_kernel_scores_nothing(runs):
     """Chapter 12's resume is launched by the grader in a fresh sandbox: replacing launch,
     kill_and_resume or run_request in the student's kernel changes nothing it trusts."""
@@ -417,7 +423,7 @@ def test_floods_are_capped_and_links_not_followed(runs):
     executed = runs["c"][3] / "executed"
     log = (executed / "c16_log_flood.log").read_bytes()
     assert len(log) < LOG_CAP + 1000 and b"more bytes not kept" in log
-    flood = (executed / "c16_log_flood.ipynb").read_text()
+    flood = _outputs(executed / "c16_log_flood.ipynb")
     assert "reopen blocked" in flood and "no seek" in flood and "REOPENED" not in flood
     assert "flooded 0" not in flood          # it found the log pipe (the kernel's original stdout)
     assert not (executed / "c15_huge_output.ipynb").exists()          # 20 MiB of output: not kept
@@ -429,10 +435,10 @@ def test_floods_are_capped_and_links_not_followed(runs):
 
 def test_sandbox_limits_hold(runs):
     executed, rows = runs["c"][3] / "executed", _scores(runs["c"][3])
-    memory = (executed / "c22_memory.ipynb").read_text()
+    memory = _outputs(executed / "c22_memory.ipynb")
     assert "memory blocked" in memory and "file blocked 27" in memory     # EFBIG
     assert "processes" in rows["c18_fork_storm.ipynb"]["dtype"]["message"], rows["c18_fork_storm.ipynb"]
-    status = (executed / "c20_forge_status.ipynb").read_text()
+    status = _outputs(executed / "c20_forge_status.ipynb")
     assert "OPENED []" in status and "environ blocked" in status
     assert rows["c20_forge_status.ipynb"]["flops"]["message"].startswith("A third")   # graded as the student's
 
@@ -440,9 +446,7 @@ def test_sandbox_limits_hold(runs):
 def test_nothing_only_root_may_read_is_readable(runs):
     """Inside, uid 1000 maps to the grader's uid (root here): files of /etc that not everyone may
     read must still be unreadable, and the grader's environment must not leak."""
-    text = (runs["c"][3] / "executed" / "c19_root_only_files.ipynb").read_text()
-    nb = json.loads(text)
-    out = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    out = _outputs(runs["c"][3] / "executed" / "c19_root_only_files.ipynb")
     assert "READ " not in out and out.count("blocked /etc/") == 5, out[:2000]
     readable = json.loads(out.split("READABLE=")[1].splitlines()[0])
     assert readable, "the attack could not read /etc at all"
