@@ -18,7 +18,6 @@ stdout/stderr go to a second pipe, drained here and capped at :data:`LOG_CAP` by
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -27,14 +26,16 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import course_lib
 from course_lib.grading import remote, wire
+from course_lib.grading._pipes import STARTUP_LIMIT
+from course_lib.grading._pipes import Pipe as _Pipe
+from course_lib.grading._pipes import count_procs as _count_procs
+from course_lib.grading._pipes import read_child_pid as _read_child_pid
 
 INSIDE = Path("/sandbox")
-STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
 LOG_CAP = 1 << 20      # bytes of the sandbox's stdout/stderr kept for the report's log
 MAX_PROCS = 256        # processes in one sandbox before the grader ends it (a fork storm)
 # per-process limits inside the sandbox: tasks (threads count), address space, file size
@@ -168,41 +169,6 @@ def explain(log: str, rc: int | None) -> str:
     return f"the sandbox failed to start ({last})"
 
 
-class _Pipe:
-    """A pipe read on a thread: keeps at most ``cap`` bytes, drains (and drops) the rest."""
-
-    def __init__(self, cap: int) -> None:
-        self.read_fd, self.write_fd = os.pipe()
-        self.cap, self.data, self.dropped = cap, bytearray(), 0
-        self.thread = threading.Thread(target=self._drain, daemon=True)
-
-    def start(self) -> None:
-        os.close(self.write_fd)
-        self.thread.start()
-
-    def _drain(self) -> None:
-        while chunk := os.read(self.read_fd, 1 << 16):
-            keep = max(0, self.cap - len(self.data))
-            self.data += chunk[:keep]
-            self.dropped += len(chunk) - min(keep, len(chunk))
-        os.close(self.read_fd)
-
-    def text(self) -> str:
-        tail = f"\n[{self.dropped} more bytes not kept]\n" if self.dropped else ""
-        return self.data.decode("utf-8", "replace") + tail
-
-
-def _count_procs(ns: str) -> int:
-    n = 0
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                n += os.readlink(f"/proc/{p}/ns/pid") == ns
-            except OSError:
-                pass
-    return n
-
-
 class Sandbox:
     """One sandbox running ``argv`` (the executor, or a fresh launcher): started on construction,
     :meth:`kill` ends every process in it. ``status`` holds the events of the status pipe."""
@@ -317,27 +283,3 @@ def run_worker(worker: str, world_size: int, timeout: float, kwargs: object, tmp
     if reply is None:
         raise remote.CallTimeout(f"the worker sandbox gave no result ({explain(box.log.text(), box.proc.returncode)})")
     return reply
-
-
-def _read_child_pid(fd: int) -> int | None:
-    """The PID (here) of the sandbox's init, from the JSON bwrap writes to ``--info-fd`` once set
-    up (in several writes: read until it parses, or bwrap dies of SIGPIPE)."""
-    import select
-
-    text, end = b"", time.monotonic() + STARTUP_LIMIT
-    try:
-        while time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                return None
-            text += chunk
-            try:
-                return int(json.loads(text)["child-pid"])
-            except ValueError:
-                continue
-            except (KeyError, TypeError):
-                return None
-        return None
-    finally:
-        os.close(fd)
