@@ -114,6 +114,20 @@ def test_a_sandbox_that_fails_for_one_submission_is_a_grader_error(tmp_path, one
     assert "error: the grader could not run 1 submission(s) (01_flops.ipynb)" in proc.stderr
 
 
+@needs_bwrap
+def test_a_grader_crash_is_exit_3_not_a_failing_student(tmp_path, one_submission):
+    """The grader's own code fails on a submission (here: its report folder cannot hold the
+    executed copies): a grader error for that submission and exit 3, never 1."""
+    from course_lib.grading.runner import Options, grade_dir
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "executed").write_text("a file where the grader wants a folder")
+    assert grade_dir(one_submission, out, opts=Options(seed=1)) == 3
+    nb = _strict((out / "grades.json").read_text())["notebooks"][0]
+    assert [q["qid"] for q in nb["questions"]] == ["(notebook)"]
+    assert nb["questions"][0]["message"].startswith("grader error: FileExistsError")
+
+
 # --------------------------------------------------------------------------- item 3: hostile data
 @pytest.mark.parametrize("tensor", [
     {"kind": "numpy", "dtype": "int8", "shape": [1], "data": [300]},
