@@ -200,7 +200,7 @@ def run_attacks() -> dict[str, str]:
             "try:\n    b = bytearray(24 << 30)\n    print('ALLOCATED')\nexcept MemoryError:\n    print('memory blocked')\n"
             "import os\ntry:\n    with open('big', 'wb') as f:\n        f.truncate(1 << 40)\n    print('BIG FILE')\n"
             "except OSError as e:\n    print('file blocked', e.errno)\ncheck('flops', 4e19)")),
-        "c23_huge_answer.ipynb": notebook(SETUP, "check('shape', [0.0] * 5_000_000)\ncheck('flops', [1e20] * 3_000_000)"),
+        "c23_huge_answer.ipynb": notebook(SETUP, "check('shape', 'x' * (17 << 20))\ncheck('flops', [1e20] * 200_000)"),
         "c24_symlinked_copy.ipynb": notebook(SETUP, (
             "import os, subprocess, sys\n"
             "code = 'import os, time\\nwhile True:\\n    try:\\n        os.remove(\"/sandbox/out/executed.ipynb\")\\n"

@@ -169,10 +169,11 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
                     started + STARTUP_LIMIT + opts.timeout_notebook
                 if not graded_fns and any(e.get("event") == "cells_done" for e in events):
                     graded_fns = True
-                    rows = _grade_functions(box, questions, Answers.read(root / "out" / "answers.jsonl"),
-                                            opts, deadline, Path(tmp))
-                    try:
-                        box.proc.wait(timeout=10)  # the harness returns, the executor saves and ends
+                    rows, answered = _grade_functions(box, questions, Answers.read(root / "out" / "answers.jsonl"),
+                                                      opts, deadline, Path(tmp))
+                    box.listener.close()  # a harness still queued behind a squatter's connection ends now
+                    try:  # the harness returns, the executor saves and ends (unless it stopped answering)
+                        box.proc.wait(timeout=10 if answered else 1)
                     except subprocess.TimeoutExpired:
                         pass
                     break
@@ -223,7 +224,8 @@ def _write_capped(dst: Path, data: str | bytes) -> None:
 
 
 def _grade_functions(box: Sandbox, questions: list[Question], answers: Answers, opts: Options,
-                     deadline: float, tmp: Path) -> dict[str, Row]:
+                     deadline: float, tmp: Path) -> tuple[dict[str, Row], bool]:
+    """The rows of the function answers, and whether the sandbox's end kept answering."""
     todo = [q for q in questions if not q.is_value and q.qid in answers.answers and q.qid not in answers.revealed]
     # always take the harness's connection, if only to say "bye": it then ends at once
     conn = box.connect(wait=min(30.0 if todo else 5.0, max(1.0, deadline - time.monotonic())))
@@ -232,7 +234,7 @@ def _grade_functions(box: Sandbox, questions: list[Question], answers: Answers, 
     channel = remote.Channel(conn, max(deadline, time.monotonic() + opts.timeout_cell), opts.timeout_cell,
                              launcher=launcher)
     try:
-        return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}
+        return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}, not channel.broken
     finally:
         channel.close()
 
