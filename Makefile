@@ -75,13 +75,14 @@ lab: $(VENV_OK)
 	.venv/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
 # make itself exits 2 whenever a recipe fails; the line below names the grader's own status
-# (1: a notebook below the pass mark, 2: usage error). CI should call the grader directly.
+# (1: a notebook below the pass mark, 2: usage error, 3: the grader failed). CI should call the grader directly.
 # SUBMISSIONS is a class folder: one folder per student and/or flat notebooks; JOBS_GRADE notebooks
 # are graded at once (0: one per core). Reports, gradebook.csv included, go to build/grades.
 JOBS_GRADE ?= 0
 grade: $(VENV_OK)
 	@$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK) --jobs $(JOBS_GRADE); rc=$$?; \
-	  [ $$rc -eq 0 ] || echo "grader exit status $$rc ($$( [ $$rc -eq 1 ] && echo 'a notebook is below the pass mark' || echo 'usage error'))"; \
+	  case $$rc in 0) ;; 1) echo "grader exit status 1 (a notebook is below the pass mark)";; \
+	    2) echo "grader exit status 2 (usage error)";; *) echo "grader exit status $$rc (the grader or its sandbox failed, not a student)";; esac; \
 	  exit $$rc
 
 gpu-check: $(VENV_OK)

@@ -1,9 +1,13 @@
-"""The grader attacked the way a student would (issue #17): attack notebooks graded in one real,
-sandboxed run next to an honest master. No attack may earn a point it did not answer honestly;
-the honest master keeps 100 %; nothing outside the sandbox changes; nothing keeps running.
+"""The grader attacked the way a student would (issues #17 and #29): attack notebooks graded in
+real, sandboxed runs next to honest masters. No attack may earn a point it did not answer honestly,
+crash or hang the run, invalidate a report or change another student's grade; the honest masters
+keep 100 %; nothing outside the sandbox changes; nothing keeps running.
 
-Run A grades the fixture chapter (``--chapter fx_grading --bank grading_fixture_bank``); run B takes
-the assignment from the file names, with the real chapter 1 bank. Both run at once."""
+Run A grades the fixture chapter (``--chapter fx_grading --bank grading_fixture_bank``) against
+cheating; run C the same chapter against the *run* (unbuildable answers, malformed notebooks, a
+trickling callback socket, floods of output and logs, control characters, fork storms, memory,
+files only root may read, forged status); run B takes the assignment from the file names, with the
+real chapter 1 and 12 banks (a forged kill-and-resume run). All three run at once."""
 from __future__ import annotations
 
 import hashlib
@@ -16,6 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
+import xml.etree.ElementTree as ET
+
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +33,8 @@ FLOPS = 6 * 1e9 * 2e10
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the grader needs bubblewrap")
 
 SETUP = 'from course_lib.grading import Checker\ncheck = Checker("fx_grading", bank="grading_fixture_bank")'
+SECRET = f"course-secret-{uuid.uuid4().hex[:12]}"   # in the grader's environment, never in a sandbox
+HOSTILE_NAME = "a17_esc\x1b[31m\x07\n# injected <x>&.ipynb"
 
 
 def notebook(*cells: str) -> str:
@@ -114,10 +122,104 @@ def attacks(p: dict[str, str]) -> dict[str, str]:
     }
 
 
-def _grade(sub: Path, out: Path, cwd: Path, *extra: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(FIX))
+def _tensor_line(qid: str, t: dict) -> str:
+    return json.dumps({"event": "answer", "qid": qid, "answer": {"$tensor": t}})
+
+
+def run_attacks() -> dict[str, str]:
+    """name -> notebook text: attacks on the grading run itself (run C)."""
+    lines = [_tensor_line("flops", {"kind": "numpy", "dtype": "int8", "shape": [1], "data": [300]}),
+             _tensor_line("dtype", {"kind": "numpy", "dtype": "float64", "shape": [1] * 65, "data": [1.0]}),
+             _tensor_line("shape", {"kind": "numpy", "dtype": "U999999999", "shape": [150], "data": [1] * 150}),
+             _tensor_line("scale", {"kind": "fake", "dtype": "float32", "shape": [1], "data": ["x"]})]
+    torch_lines = [_tensor_line("flops", {"kind": "torch", "dtype": "int8", "shape": [1], "data": [300]}),
+                   _tensor_line("dtype", {"kind": "torch", "dtype": "float128", "shape": [1], "data": [1]}),
+                   _tensor_line("shape", {"kind": "torch", "dtype": "int64", "shape": [1], "data": [2 ** 70]}),
+                   json.dumps({"event": "answer", "qid": "scale", "answer": {"$fn": "x", "name": "scale"}})]
+
+    def inject(rows: list[str]) -> str:
+        return ("import os\nwith open(os.environ['COURSE_GRADE_ANSWERS'], 'a') as f:\n"
+                + "".join(f"    f.write({r + chr(10)!r})\n" for r in rows))
+    raw = json.loads(notebook(SETUP, "x = 1"))
+    raw["cells"] += [dict(raw["cells"][1], id=f"r{i}", source=src)
+                     for i, src in enumerate([5, {"a": 1}, [1, "check('flops', 4e19)"], None, True])]
+    trickle = (  # connect to the callback socket first; after the first request, reply a byte a second
+        "import os, socket, threading, time, signal\n"
+        "s = socket.socket(socket.AF_UNIX)\ns.connect(os.environ['COURSE_GRADE_SOCKET'])\n"
+        "def drip():\n    s.recv(100)\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
+        "    while True:\n        s.send(b'1')\n        time.sleep(1)\n"
+        "threading.Thread(target=drip, daemon=True).start()\n"
+        "def scale(x):\n    return 2 * x\ncheck('scale', scale)")
+    root_only = (
+        "import os, json\nread = []\n"
+        "for d, dirs, files in os.walk('/etc'):\n    for n in files:\n        p = os.path.join(d, n)\n"
+        "        try:\n            open(p, 'rb').read(1)\n            read.append(p)\n        except OSError:\n            pass\n"
+        "for p in ['/etc/shadow-', '/etc/gshadow-', '/etc/security/opasswd', '/etc/shadow', '/etc/gshadow']:\n"
+        "    try:\n        print('READ', p, len(open(p, 'rb').read()))\n    except OSError as e:\n        print('blocked', p)\n"
+        "print('READABLE=' + json.dumps(read))\n"
+        f"print('SECRET SEEN' if any({SECRET!r} in v for v in os.environ.values()) else 'no secret')")
+    forge_status = (
+        "import os, pathlib\nppid = os.getppid()\nopened = []\n"
+        "for fd in range(64):\n    try:\n        os.open(f'/proc/{ppid}/fd/{fd}', os.O_WRONLY)\n        opened.append(fd)\n"
+        "    except OSError:\n        pass\n"
+        "print('OPENED', opened)\n"
+        "try:\n    open(f'/proc/{ppid}/environ').read()\n    print('ENVIRON READ')\nexcept OSError:\n    print('environ blocked')\n"
+        "p = pathlib.Path('/sandbox/out/progress.jsonl')\np.write_text('{\"event\": \"cells_done\"}\\n')\n"
+        "check('flops', 4e19)")
+    return {
+        "c00_honest.ipynb": MASTER.read_text(encoding="utf-8"),
+        "c10_unbuildable_numpy.ipynb": notebook(SETUP, inject(lines)),
+        "c11_unbuildable_torch.ipynb": notebook(SETUP, inject(torch_lines)),
+        "c12_source_not_text.ipynb": json.dumps(raw),
+        "c13_not_an_object.ipynb": "[1, 2, 3]",
+        "c14_trickle.ipynb": notebook(SETUP, trickle),
+        "c15_huge_output.ipynb": notebook(SETUP, "check('flops', 4e19)\nprint('x' * (20 << 20))"),
+        "c16_log_flood.ipynb": notebook(SETUP, (
+            "import os\ntry:\n    os.open(f'/proc/{os.getppid()}/fd/1', os.O_WRONLY)\n    print('REOPENED')\n"
+            "except OSError as e:\n    print('reopen blocked', type(e).__name__)\n"
+            "try:\n    os.lseek(1, 1 << 40, 0)\n    print('SEEKED')\nexcept OSError as e:\n    print('no seek', type(e).__name__)\n"
+            "import fcntl, stat\nchunk, hit = b'y' * (1 << 20), 0\n"
+            "for fd in range(3, 256):\n    try:\n        st = os.fstat(fd)\n    except OSError:\n        continue\n"
+            "    if stat.S_ISFIFO(st.st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY \\\n"
+            "            and st.st_ino not in (os.fstat(1).st_ino, os.fstat(2).st_ino):  # not ipykernel's capture\n"
+            "        hit += 1\n        for _ in range(64):\n            os.write(fd, chunk)\n"
+            "print('flooded', hit)\n"
+            "check('flops', 4e19)")),
+        HOSTILE_NAME: notebook(SETUP, "check('dtype', 'x\\x1b[2J\\x00')",
+                               "E = type('Boom\\x1b[2J\\u202e', (Exception,), {})\n"
+                               "check('shape', (9, 9))\nraise E('msg\\x00\\x1b[31m\\n# Heading <a>&\\x07')\n"
+                               "check('scale', None)"),
+        "c18_fork_storm.ipynb": notebook(SETUP, "check('flops', 4e19)", (
+            "import os, time\nfor i in range(1500):\n    if os.fork() == 0:\n        time.sleep(60)\n        os._exit(0)"),
+            "check('dtype', 'fp16')"),
+        "c19_root_only_files.ipynb": notebook(SETUP, root_only),
+        "c20_forge_status.ipynb": notebook(SETUP, forge_status),
+        "c21_kill_executor.ipynb": notebook(SETUP, "check('flops', 4e19)",
+                                            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"),
+        "c22_memory.ipynb": notebook(SETUP, (
+            "try:\n    b = bytearray(24 << 30)\n    print('ALLOCATED')\nexcept MemoryError:\n    print('memory blocked')\n"
+            "import os\ntry:\n    with open('big', 'wb') as f:\n        f.truncate(1 << 40)\n    print('BIG FILE')\n"
+            "except OSError as e:\n    print('file blocked', e.errno)\ncheck('flops', 4e19)")),
+        "c23_huge_answer.ipynb": notebook(SETUP, "check('shape', 'x' * (17 << 20))\ncheck('flops', [1e20] * 200_000)"),
+        "c24_symlinked_copy.ipynb": notebook(SETUP, (
+            "import os, subprocess, sys\n"
+            "code = 'import os, time\\nwhile True:\\n    try:\\n        os.remove(\"/sandbox/out/executed.ipynb\")\\n"
+            "    except OSError:\\n        pass\\n    try:\\n        os.symlink(\"/etc/passwd\", \"/sandbox/out/executed.ipynb\")\\n"
+            "    except OSError:\\n        pass\\n    time.sleep(0.001)'\n"
+            "subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\ncheck('flops', 4e19)")),
+        "c25_prereply.ipynb": notebook(SETUP, (
+            "import os, socket\ns = socket.socket(socket.AF_UNIX)\ns.connect(os.environ['COURSE_GRADE_SOCKET'])\n"
+            "s.send(b'{\"ok\": 1.0}\\n' * 100 + b'{\"ok\": {\"$tensor\": {\"kind\": \"numpy\", \"dtype\": \"U99999999\", '\n"
+            "       b'\"shape\": [1], \"data\": [1]}}}\\n')\n"
+            "def scale(x):\n    return 2 * x\ncheck('scale', scale)")),
+        "zz_honest.ipynb": MASTER.read_text(encoding="utf-8"),
+    }
+
+
+def _grade(sub: Path, out: Path, cwd: Path, *extra: str, cell: str = "20") -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(FIX), COURSE_TEST_SECRET=SECRET)
     return subprocess.Popen([sys.executable, "-m", "course_lib.grading", "grade", str(sub), "--out", str(out),
-                             "--timeout-cell", "20", "--timeout-notebook", "60", "--seed", "1234", *extra],
+                             "--timeout-cell", cell, "--timeout-notebook", "60", "--seed", "1234", *extra],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -134,10 +236,12 @@ def _strict(text: str) -> dict:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("attacks")
-    cwd, sub_a, sub_b = base / "cwd", base / "sub_a", base / "sub_b"
-    for d in (cwd, sub_a, sub_b):
+    cwd, sub_a, sub_b, sub_c = base / "cwd", base / "sub_a", base / "sub_b", base / "sub_c"
+    for d in (cwd, sub_a, sub_b, sub_c):
         d.mkdir()
-    out_a, out_b = base / "out_a", base / "out_b"
+    out_a, out_b, out_c = base / "out_a", base / "out_b", base / "out_c"
+    for name, text in run_attacks().items():
+        (sub_c / name).write_text(text, encoding="utf-8")
     for name, text in attacks({"cwd": str(cwd), "sub": str(sub_a), "out": str(out_a)}).items():
         (sub_a / name).write_text(text, encoding="utf-8")
     shutil.copy(ROOT / "solutions" / "01_flops.ipynb", sub_b / "01_flops.ipynb")
@@ -148,14 +252,29 @@ def runs(tmp_path_factory):
         'from course_lib.grading import Checker\ncheck = Checker("ch02_scaling")',
         "\n".join(f"check({q.qid!r}, 1.0)" for q in CH02)))
     (sub_b / "my_homework.ipynb").write_text(notebook(SETUP))
+    (sub_b / "01_flops-array.ipynb").write_text("[]")        # not an object, with --solutions
+    (sub_b / "12_failures-forged.ipynb").write_text(notebook(   # evidence forged in the kernel
+        'from course_lib.grading import Checker\ncheck = Checker("ch12_failures")',
+        "import course_lib.dist, course_lib.faults.drill as drill, course_lib.grading.remote as remote\n"
+        "def fake(worker, world_size, timeout=None, **kw):\n"
+        "    k = kw.get('kill_at', 5)\n"
+        "    return [{'bit_identical': True, 'resumed_from': k // 4 * 4, 'steps_redone': k % 4, 'error': None}]\n"
+        "course_lib.dist.launch = fake\ndrill.kill_and_resume = lambda *a, **k: fake(None, 1, **k)[0]\n"
+        "remote.run_request = lambda req: fake(None, 1, **dict(req.get('kwargs', {})))\n"
+        "def train_resumable(ckpt_dir, total_steps, every):\n    return None\n"
+        "check('resume', train_resumable)"))
     watched = [ROOT / "course_lib/checks/ch01_flops.py", FIX / "grading_fixture_bank.py", sub_a / "zz_honest.ipynb"]
     before = _digest(watched)
+    t0 = time.monotonic()
     procs = [_grade(sub_a, out_a, cwd, "--chapter", "fx_grading", "--bank", "grading_fixture_bank"),
-             _grade(sub_b, out_b, cwd, "--solutions", str(ROOT / "solutions"))]
+             _grade(sub_b, out_b, cwd, "--solutions", str(ROOT / "solutions")),
+             _grade(sub_c, out_c, cwd, "--chapter", "fx_grading", "--bank", "grading_fixture_bank", cell="10")]
     results = [(p, *p.communicate(timeout=600)) for p in procs]
-    (pa, out_txt_a, err_a), (pb, out_txt_b, err_b) = results
+    (pa, out_txt_a, err_a), (pb, out_txt_b, err_b), (pc, out_txt_c, err_c) = results
+    wall = time.monotonic() - t0
     time.sleep(1.0)  # anything left alive would now rewrite the reports
     return {"a": (pa.returncode, out_txt_a + err_a, out_a), "b": (pb.returncode, out_txt_b + err_b, out_b),
+            "c": (pc.returncode, out_txt_c, err_c, out_c), "wall": wall,
             "cwd": cwd, "sub": sub_a, "before": before, "after": _digest(watched)}
 
 
@@ -233,6 +352,7 @@ def test_assignment_comes_from_the_file_name(runs):
     assert rc == 1, log
     scores = _scores(out)
     assert all(q["score"] == q["points"] for q in scores["01_flops.ipynb"].values())
+    assert scores["01_flops-array.ipynb"]["(notebook)"]["message"].startswith("error: not a readable notebook")
     for name in ("01_flops-fixture-bank.ipynb", "01_flops-own-chapter.ipynb"):
         assert all(q["score"] == 0 for q in scores[name].values()), scores[name]
         assert {n["chapter"] for n in _report(out)["notebooks"] if n["notebook"] == name} == {"ch01_flops"}
@@ -243,3 +363,93 @@ def test_copies_of_the_master_are_flagged(runs):
     notes = {n["notebook"]: n["notes"] for n in _report(runs["b"][2])["notebooks"]}
     assert notes["01_flops.ipynb"] and "copies of 01_flops.ipynb" in notes["01_flops.ipynb"][0]
     assert notes["01_flops-own-chapter.ipynb"] == []
+
+
+# --------------------------------------------------------------------------- attacks on the run (C)
+def _outputs(executed: Path) -> str:
+    """What an executed notebook printed (its stream outputs), not its source."""
+    nb = json.loads(executed.read_text())
+    return "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+
+
+def test_evidence_forged_in_the_kernel_scores_nothing(runs):
+    """Chapter 12's resume is launched by the grader in a fresh sandbox: replacing launch,
+    kill_and_resume or run_request in the student's kernel changes nothing it trusts."""
+    rows = _scores(runs["b"][2])["12_failures-forged.ipynb"]
+    assert rows["resume"]["score"] == 0, rows["resume"]
+    assert "returned NoneType, not the model" in rows["resume"]["message"], rows["resume"]
+
+
+def test_no_attack_on_the_run_earns_a_point_or_breaks_it(runs):
+    rc, out_txt, err, out = runs["c"]
+    assert rc == 1, out_txt + err                      # a normal run: attacks below the pass mark
+    scores = _scores(out)
+    assert len(scores) == len(run_attacks()), sorted(scores)
+    for honest in ("c00_honest.ipynb", "zz_honest.ipynb"):  # before and after every attack: 100 %
+        assert all(q["score"] == q["points"] for q in scores[honest].values()), scores[honest]
+    for name, rows in scores.items():
+        if "honest" not in name:
+            assert all(q["score"] == 0 for q in rows.values()), (name, rows)
+        assert not any(q["message"].startswith("grader error") for q in rows.values()), (name, rows)
+    assert scores["c13_not_an_object.ipynb"]["(notebook)"]["message"].startswith("error: not a readable notebook")
+    for name in ("c10_unbuildable_numpy.ipynb", "c11_unbuildable_torch.ipynb"):
+        assert sorted(scores[name]) == ["dtype", "flops", "scale", "shape"], scores[name]
+    assert sorted(scores["c12_source_not_text.ipynb"]) == ["dtype", "flops", "scale", "shape"]
+    # the trickled reply ends with the call's limit (10 s), not the notebook's (60 s) or never
+    suites = {s.get("name"): s for s in ET.parse(out / "junit.xml").getroot().iter("testsuite")}
+    assert float(suites["c14_trickle.ipynb"].get("time")) < 45, suites["c14_trickle.ipynb"].get("time")
+    assert "did not answer within" in scores["c14_trickle.ipynb"]["scale"]["message"]
+    assert runs["wall"] < 400, runs["wall"]
+
+
+def test_the_reports_stay_valid_with_hostile_names_and_messages(runs):
+    rc, out_txt, err, out = runs["c"]
+    ET.parse(out / "junit.xml")                        # well-formed XML, checked by a parser
+    report = _report(out)                              # strict JSON
+    text = json.dumps(report, ensure_ascii=False)
+    assert not any(ch in text for ch in "\x1b\x07\x00\u202e")
+    names = [n["notebook"] for n in report["notebooks"]]
+    assert "a17_esc\\x1b[31m\\x07 # injected <x>&.ipynb" in names, names
+    summary = (out / "summary.md").read_text()
+    assert not any(line.startswith("# injected") or line.startswith("# Heading") for line in summary.splitlines())
+    assert "\x1b" not in summary and "\x1b" not in out_txt
+    rows = _scores(out)["a17_esc\\x1b[31m\\x07 # injected <x>&.ipynb"]
+    assert rows["scale"]["message"].startswith("not attempted (its cell raised Boom\\x1b[2J\\u202e: msg\\x00")
+
+
+def test_floods_are_capped_and_links_not_followed(runs):
+    from course_lib.grading.runner import EXECUTED_CAP
+    from course_lib.grading.sandbox import LOG_CAP
+    executed = runs["c"][3] / "executed"
+    log = (executed / "c16_log_flood.log").read_bytes()
+    assert len(log) < LOG_CAP + 1000 and b"more bytes not kept" in log
+    flood = _outputs(executed / "c16_log_flood.ipynb")
+    assert "reopen blocked" in flood and "no seek" in flood and "REOPENED" not in flood
+    assert "flooded 0" not in flood          # it found the log pipe (the kernel's original stdout)
+    assert not (executed / "c15_huge_output.ipynb").exists()          # 20 MiB of output: not kept
+    assert "not kept" in (executed / "c15_huge_output.skipped").read_text()
+    assert all(p.stat().st_size <= EXECUTED_CAP for p in executed.iterdir())
+    copy = executed / "c24_symlinked_copy.ipynb"
+    assert not copy.is_symlink() and "root:" not in (copy.read_text() if copy.exists() else "")
+
+
+def test_sandbox_limits_hold(runs):
+    executed, rows = runs["c"][3] / "executed", _scores(runs["c"][3])
+    memory = _outputs(executed / "c22_memory.ipynb")
+    assert "memory blocked" in memory and "file blocked 27" in memory     # EFBIG
+    assert "processes" in rows["c18_fork_storm.ipynb"]["dtype"]["message"], rows["c18_fork_storm.ipynb"]
+    status = _outputs(executed / "c20_forge_status.ipynb")
+    assert "OPENED []" in status and "environ blocked" in status
+    assert rows["c20_forge_status.ipynb"]["flops"]["message"].startswith("A third")   # graded as the student's
+
+
+def test_nothing_only_root_may_read_is_readable(runs):
+    """Inside, uid 1000 maps to the grader's uid (root here): files of /etc that not everyone may
+    read must still be unreadable, and the grader's environment must not leak."""
+    out = _outputs(runs["c"][3] / "executed" / "c19_root_only_files.ipynb")
+    assert "READ " not in out and out.count("blocked /etc/") == 5, out[:2000]
+    readable = json.loads(out.split("READABLE=")[1].splitlines()[0])
+    assert readable, "the attack could not read /etc at all"
+    private = [p for p in readable if Path(p).exists() and not os.stat(p).st_mode & 0o004]
+    assert private == [], private
+    assert "no secret" in out and SECRET not in out

@@ -23,7 +23,7 @@ QUESTIONS = [
         hint="C = 6·N·D, with N and D as plain counts.",
     ),
     Question(
-        "days_34b_8t", points=2,
+        "days_34b_8t", points=2, unit="days",
         prompt="Days to train 34B parameters on 8T tokens with 1024 H100 SXM at 45% MFU (dense BF16).",
         expected=lambda: flops.training_days(34e9, 8e12, 1024, 0.45), rtol=0.01,
         mistakes=[_SPARSE, _TWO_ND, _EIGHT_ND,
@@ -46,7 +46,7 @@ QUESTIONS = [
         hint="Invert the days formula: GPUs = 6ND / (days × 86,400 × peak × MFU), then round up.",
     ),
     Question(
-        "days_pcie", points=1,
+        "days_pcie", points=1, unit="days",
         prompt="Days for the same run on 1024 H100 PCIe cards at 45% MFU.",
         expected=lambda: flops.training_days(34e9, 8e12, 1024, 0.45, gpu="H100-PCIe"), rtol=0.01,
         mistakes=[Mistake.ratio(_PCIE.peak() / _H100.peak(),

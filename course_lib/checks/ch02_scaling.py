@@ -61,8 +61,8 @@ def _grade_power_law_fn(fn, draw: np.random.Generator) -> tuple[float, str]:
         elif math.isclose(e, ref[1], rel_tol=1e-3) and math.isclose(c, math.log(ref[0]), rel_tol=1e-2):
             notes.append("your coef is log(coef): exponentiate the intercept of the log-log line")
         else:
-            notes.append(f"exponent {e:.4g} vs {ref[1]:.4g}: fit a straight line to (log x, log y), "
-                         "not a curve to (x, y)")
+            notes.append(f"your exponent {e:.4g} is not the least-squares one: fit a straight line to "
+                         "(log x, log y), not a curve to (x, y)")  # a drawn case: no reference shown
     return passed / len(cases), (notes[0] if notes else "")
 
 

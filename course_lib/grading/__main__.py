@@ -12,7 +12,8 @@ flat notebooks (``CLASS/alice-01_flops.ipynb``); it says which entries it skippe
 ``--jobs`` notebooks at once (default: one per core) and writes ``gradebook.csv`` (one row per
 student) beside ``grades.json``, ``summary.md`` and ``junit.xml``.
 
-Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error.
+Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error, 3 the
+grader or its sandbox failed (never a student's 0: such a submission is marked as a grader error).
 """
 from __future__ import annotations
 

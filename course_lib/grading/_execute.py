@@ -1,7 +1,7 @@
 """Execute one notebook for the grader; run as its own process by :mod:`course_lib.grading.runner`.
 
     python -m course_lib.grading._execute NOTEBOOK PROGRESS.jsonl OUT.ipynb --timeout-cell 60 \
-        [--harness-timeout 300]
+        [--harness-timeout 300] [--limits nproc=..,as=..,fsize=..] [--status-fd N]
 
 Runs inside the sandbox (:mod:`course_lib.grading.sandbox`). Runs every cell (errors allowed) with
 the kernel's working directory set to the notebook's folder. A cell running longer than
@@ -19,7 +19,11 @@ Progress is appended to PROGRESS.jsonl as it happens, so the parent can tell how
     {"event": "fail", "error": "..."}                    the run could not continue
     {"event": "end"}
 
-The kernel inherits this process's environment (``COURSE_GRADE_MODE`` and friends).
+The kernel inherits this process's environment (``COURSE_GRADE_MODE`` and friends) and its resource
+limits (``--limits``). The events the grader *relies on* (``kernel``, ``cells_done``, ``unreadable``,
+``failed_before_cells``, ``end``) also go to the status pipe ``--status-fd``, which the kernel cannot reach
+(:func:`course_lib.grading._launch.secure_status`); the progress file is only for messages. Code
+cells whose ``source`` is not text run as empty cells.
 """
 from __future__ import annotations
 
@@ -53,7 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("output", type=Path)
     p.add_argument("--timeout-cell", type=float, default=60)
     p.add_argument("--harness-timeout", type=float, default=0)
+    p.add_argument("--limits", default="")
+    p.add_argument("--status-fd", type=int, default=None)
     a = p.parse_args(argv)
+    from course_lib.grading._launch import apply_limits, secure_status
+
+    status = secure_status(a.status_fd) if a.status_fd is not None else None
+
+    def trusted(**row: object) -> None:
+        if status is not None:
+            status.write(json.dumps(row, sort_keys=True) + "\n")
+    apply_limits(a.limits)
 
     # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
     # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this process.
@@ -69,9 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         nb = nbformat.read(a.notebook, as_version=4)
     except Exception as e:  # noqa: BLE001 - a broken file: tell the parent why
         progress(event="fail", error=f"cannot read the notebook: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        trusted(event="unreadable")
+        trusted(event="end")
         progress(event="end")
         progress.close()
         return 1
+    for cell in nb.cells:
+        src = cell.get("source")
+        if isinstance(src, list):
+            src = "".join(s for s in src if isinstance(s, str))
+        cell["source"] = src if isinstance(src, str) else ""
     timeout = max(1, int(round(a.timeout_cell)))
     current = {"cell": -1}
     n_cells = len(nb.cells)
@@ -94,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_notebook_start(notebook: object) -> None:
         pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+        trusted(event="kernel")
         if pid is not None:
             progress(event="kernel", pid=int(pid))
 
@@ -101,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         current["cell"] = cell_index
         if cell_index >= n_cells:
             save()
+            trusted(event="cells_done")
             progress(event="cells_done")
         elif cell.get("cell_type") == "code":
             progress(event="start", cell=cell_index)
@@ -138,10 +161,16 @@ def main(argv: list[str] | None = None) -> int:
         client.execute()
     except DeadKernelError:
         progress(event="dead", cell=current["cell"])
+        if current["cell"] < 0:  # before the first cell: no student code ran, the grader failed
+            trusted(event="failed_before_cells", error="the kernel died before the first cell")
     except Exception as e:  # noqa: BLE001 - report anything else to the parent, then stop
-        progress(event="fail", error=f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+        why = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        progress(event="fail", error=why)
+        if current["cell"] < 0:
+            trusted(event="failed_before_cells", error=f"the kernel did not start: {why}")
         rc = 1
     save()
+    trusted(event="end")
     progress(event="end")
     progress.close()
     return rc

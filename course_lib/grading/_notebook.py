@@ -19,7 +19,11 @@ _ID_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 def source_text(src: Any) -> str:
-    return "".join(src) if isinstance(src, list) else (src or "")
+    """A cell's source as text: a string, or the strings of a list; anything else (a hostile or
+    broken notebook) is no text."""
+    if isinstance(src, list):
+        return "".join(s for s in src if isinstance(s, str))
+    return src if isinstance(src, str) else ""
 
 
 def split_lines(text: Any) -> list[str]:

@@ -69,6 +69,8 @@ def copy_note(submission: Path, masters: Path, chapter: str) -> str | None:
         master = json.loads(cands[0].read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if not (isinstance(sub, dict) and isinstance(master, dict) and isinstance(sub.get("cells"), list)):
+        return None  # not a notebook: the runner already reports it
     found, total = copied_blocks(sub, master)
     if total and found:
         return f"{found} of {total} solution blocks are copies of {cands[0].name}"

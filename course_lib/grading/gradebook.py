@@ -16,6 +16,8 @@ import io
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from course_lib.grading.values import printable as _printable
+
 if TYPE_CHECKING:
     from course_lib.grading.reports import NotebookGrade
 
@@ -74,9 +76,10 @@ def number(x: float) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with control (and other non-printable) characters written as ``\\xNN``: a file
-    name shown on a terminal or in a report cannot move the cursor or start a heading."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    """``text`` with control (and other non-printable) characters escaped (``values.printable``,
+    never cut): a file name shown on a terminal or in a report cannot move the cursor or start a
+    heading."""
+    return _printable(text, limit=len(str(text)) * 6 + 3)
 
 
 def safe_id(text: str) -> str:

@@ -83,6 +83,28 @@ class Mistake:
         return cls(lambda answer, expected: fn(answer), message)
 
 
+# the unit slips every question in a unit recognises (after the bank's own mistakes): the answer
+# is ratio × the expected value when given in the other unit
+_DAY, _HOUR, _GIB = 86400.0, 3600.0, 2.0 ** 30
+UNIT_MISTAKES: dict[str, tuple[tuple[float, str], ...]] = {
+    "days": ((_DAY, "That is seconds, not days."), (24.0, "That is hours, not days."),
+             (1440.0, "That is minutes, not days.")),
+    "hours": ((_HOUR, "That is seconds, not hours."), (1 / 24, "That is days, not hours."),
+              (60.0, "That is minutes, not hours.")),
+    "s": ((1 / _DAY, "That is days, not seconds."), (1 / _HOUR, "That is hours, not seconds."),
+          (1 / 60, "That is minutes, not seconds."), (1e3, "That is milliseconds, not seconds.")),
+    "GiB": ((_GIB / 1e9, "That is GB (10^9 bytes), not GiB (2^30 bytes)."),
+            (_GIB, "That is bytes, not GiB.")),
+    "GB": ((1e9 / _GIB, "That is GiB (2^30 bytes), not GB (10^9 bytes)."), (1e9, "That is bytes, not GB.")),
+    "bytes": ((1e-9, "That is GB, not bytes."), (1 / _GIB, "That is GiB, not bytes.")),
+}
+
+
+def unit_mistakes(unit: str) -> tuple[Mistake, ...]:
+    """The recognised unit slips of a question whose answer is in ``unit`` (see UNIT_MISTAKES)."""
+    return tuple(Mistake.ratio(r, m, rtol=0.01) for r, m in UNIT_MISTAKES.get(unit, ()))
+
+
 # --------------------------------------------------------------------------- Question
 @dataclass(frozen=True)
 class Result:
@@ -179,7 +201,7 @@ class Question:
             problem = f"could not compare your answer: {_error_text(e)}"
         if problem is None:
             return self._result(1.0, "")
-        for m in self.mistakes:
+        for m in (*self.mistakes, *unit_mistakes(self.unit)):
             if m.matches(answer, exp):
                 return self._result(0.0, m.message)
         return self._result(0.0, _cap(problem) + ".")

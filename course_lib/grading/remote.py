@@ -8,7 +8,9 @@ in the same kernel: it connects to the grader's socket and answers requests unti
 Trusted side: :class:`Channel` sends those requests; a function answer arrives as a
 :class:`RemoteFunction` which the bank's grader calls like the student's function, on inputs it
 chose after the notebook finished. Graders that run a function in real worker processes use
-:func:`launch_with` and :func:`source_of`, which do the same in the sandbox for a remote function.
+:func:`launch_with` and :func:`source_of`: for a remote function the launch runs in a *fresh*
+sandbox started by the grader (:func:`run_request` there), never in the student's kernel, which
+could replace ``course_lib.dist.launch`` and forge the evidence.
 """
 from __future__ import annotations
 
@@ -80,22 +82,27 @@ def _error(e: BaseException) -> dict:
     return out
 
 
+def run_request(req: dict) -> Any:
+    """Run one launch request (``worker`` "course_lib.module:function" outside the banks,
+    ``world_size``, ``timeout``, wire ``kwargs``) with ``course_lib.dist.launch``; in a graded run
+    this happens in a fresh sandbox (:mod:`course_lib.grading._launch`), never in the student's kernel."""
+    import importlib
+
+    from course_lib.dist import launch
+    mod, _, name = str(req["worker"]).partition(":")
+    if not mod.startswith("course_lib.") or mod.startswith("course_lib.checks"):
+        raise ValueError("workers come from course_lib, outside the banks")
+    worker = getattr(importlib.import_module(mod), name)
+    return launch(worker, int(req["world_size"]), timeout=float(req["timeout"]),
+                  **wire.decode(req.get("kwargs", {"$dict": []})))
+
+
 def _handle(req: dict, rec: Recorder) -> dict:
     op = req.get("op")
     try:
         if op == "call":
             fn = rec.functions[int(req["ref"])]
             out = fn(*wire.decode(req.get("args", [])), **wire.decode(req.get("kwargs", {"$dict": []})))
-        elif op == "launch":
-            import importlib
-
-            from course_lib.dist import launch
-            mod, _, name = str(req["worker"]).partition(":")
-            if not mod.startswith("course_lib."):
-                raise ValueError("workers come from course_lib")
-            worker = getattr(importlib.import_module(mod), name)
-            out = launch(worker, int(req["world_size"]), timeout=float(req["timeout"]),
-                         **wire.decode(req.get("kwargs", {"$dict": []})))
         else:
             raise ValueError(f"unknown op {op!r}")
         return {"ok": wire.encode(out, rec.ref)}
@@ -144,12 +151,31 @@ def _raise(err: dict) -> None:
 
 
 class Channel:
-    """The grader's end of the socket to one sandbox; every request has a deadline."""
+    """The grader's end of the socket to one sandbox. Every request has a deadline that covers the
+    whole exchange (a reply trickled a byte at a time cannot outlast it); ``launcher`` runs launch
+    requests in a fresh sandbox (:func:`course_lib.grading.sandbox.run_worker`)."""
 
-    def __init__(self, conn: socket.socket | None, deadline: float, call_limit: float) -> None:
-        self.conn, self.deadline, self.call_limit = conn, deadline, call_limit
-        self.file = conn.makefile("rwb") if conn is not None else None
+    def __init__(self, conn: socket.socket | None, deadline: float, call_limit: float,
+                 launcher: Callable[..., Any] | None = None) -> None:
+        self.conn, self.deadline, self.call_limit, self.launcher = conn, deadline, call_limit, launcher
         self.broken = None if conn is not None else "the notebook did not reach its end"
+        self._buf = b""
+
+    def _readline(self, end: float) -> bytes:
+        """One reply line, read before ``end`` (monotonic), at most MAX_TEXT bytes."""
+        while b"\n" not in self._buf:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if len(self._buf) > wire.MAX_TEXT:
+                raise wire.WireError("reply over the size limit")
+            self.conn.settimeout(left)
+            chunk = self.conn.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("the kernel closed the connection")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
 
     def request(self, req: dict, limit: float | None = None) -> Any:
         if self.broken:
@@ -158,23 +184,32 @@ class Channel:
         if budget <= 0:
             self.broken = "the notebook's time limit is used up"
             raise CallTimeout(self.broken)
+        end = time.monotonic() + budget
         try:
             self.conn.settimeout(budget)
-            self.file.write((wire.dumps(req) + "\n").encode())
-            self.file.flush()
-            line = self.file.readline(wire.MAX_TEXT + 1)
-            if not line:
-                raise ConnectionError("the kernel closed the connection")
-            reply = wire.loads(line)
-        except (TimeoutError, OSError) as e:
+            self.conn.sendall((wire.dumps(req) + "\n").encode())
+            reply = wire.loads(self._readline(end))
+        except (TimeoutError, OSError, wire.WireError) as e:
             self.broken = f"it did not answer within {budget:.0f} s" if isinstance(e, TimeoutError) \
                 else f"the connection failed ({type(e).__name__})"
             raise CallTimeout(self.broken) from None
+        return self._reply(reply)
+
+    def _reply(self, reply: Any) -> Any:
         if not isinstance(reply, dict):
             raise wire.WireError("malformed reply")
         if "error" in reply and isinstance(reply["error"], dict):
             _raise(reply["error"])
         return wire.decode(reply.get("ok"), self.function)
+
+    def launch(self, worker: str, world_size: int, timeout: float, kwargs: dict) -> Any:
+        """Launch ``worker`` on data ``kwargs`` in a fresh sandbox (never in the student's kernel)."""
+        if self.launcher is None:
+            raise CallTimeout("this grading run cannot launch workers")
+        budget = min(timeout, self.deadline - time.monotonic())
+        if budget <= 0:
+            raise CallTimeout("the notebook's time limit is used up")
+        return self._reply(self.launcher(worker, world_size, budget, wire.encode(dict(kwargs))))
 
     def function(self, ref: dict) -> RemoteFunction:
         return RemoteFunction(self, ref)
@@ -182,8 +217,8 @@ class Channel:
     def close(self) -> None:
         if self.conn is not None and not self.broken:
             try:
-                self.file.write(b'{"op":"bye"}\n')
-                self.file.flush()
+                self.conn.settimeout(1.0)
+                self.conn.sendall(b'{"op":"bye"}\n')
             except OSError:
                 pass
         if self.conn is not None:
@@ -240,10 +275,7 @@ def launch_with(fn: Any, worker: Callable, world_size: int, *, timeout: float, *
     lives: in this process for a real function, in the sandbox for a remote one (``worker`` must be
     a module-level function of course_lib, and ``kwargs`` data, e.g. ``source=source_of(fn)``)."""
     if isinstance(fn, RemoteFunction):
-        name = f"{worker.__module__}:{worker.__qualname__}"
-        return fn._channel.request({"op": "launch", "worker": name, "world_size": world_size,
-                                    "timeout": timeout, "kwargs": wire.encode(dict(kwargs))},
-                                   limit=timeout + 30)
+        return fn._channel.launch(f"{worker.__module__}:{worker.__qualname__}", world_size, timeout, kwargs)
     from course_lib.dist import launch
 
     return launch(worker, world_size, timeout=timeout, **kwargs)

@@ -20,9 +20,9 @@ the executor's log next to them). Nothing in OUTDIR is reachable from a sandbox.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,11 +35,13 @@ from course_lib.grading.classroom import Submission, default_jobs, discover, gra
 from course_lib.grading._notebook import source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
-from course_lib.grading.gradebook import printable
 from course_lib.grading.question import Question
 from course_lib.grading.reports import NotebookGrade, Row, write_reports
-from course_lib.grading.sandbox import STARTUP_LIMIT, Sandbox
-from course_lib.grading.values import fmt_points
+from course_lib.grading.sandbox import INSIDE, STARTUP_LIMIT, Sandbox
+from course_lib.grading.values import fmt_points, printable
+
+EXECUTED_CAP = 16 << 20  # bytes of an executed copy kept for the report (a notebook's outputs)
+GRADER_ERROR = "grader error: "  # a (notebook) row's message when the grader, not the student, failed
 
 
 @dataclass
@@ -99,8 +101,7 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return printable(text, limit)  # one line, control characters escaped: safe in every report
 
 
 # --------------------------------------------------------------------------- answers
@@ -128,8 +129,10 @@ class Answers:
 def _score(q: Question, data: object, channel: remote.Channel | None, opts: Options) -> Row:
     try:
         answer = wire.decode(data, channel.function if channel else None)
-    except wire.WireError as e:
+    except (wire.WireError, RecursionError, MemoryError) as e:
         return Row(q.qid, q.points, 0.0, _one_line(f"error: the recorded answer is malformed ({e})"))
+    except Exception as e:  # noqa: BLE001 - an answer numpy/torch cannot build costs this question only
+        return Row(q.qid, q.points, 0.0, _one_line(f"error: the recorded answer cannot be read ({type(e).__name__})"))
     r = q.grade(answer, feedback=opts.feedback, seed=opts.seed)
     msg = "correct" if r.correct else _one_line(r.message, 300)
     return Row(q.qid, q.points, r.score, msg)
@@ -141,10 +144,11 @@ def _events(progress: Path) -> list[dict]:
 
 
 def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options, name: str | None = None
-                   ) -> tuple[dict[str, Row], Answers, list[dict], bool]:
+                   ) -> tuple[dict[str, Row], Answers, list[dict], bool, str | None]:
     """Run ``path`` in a sandbox; grade its function answers while it is alive; return the rows
-    scored so far, the answers, the executor's progress events and whether it finished in time.
-    ``name`` (default the file name) places the executed copy under ``outdir/executed``."""
+    scored so far, the answers, the executor's progress events, whether it finished in time and,
+    when the sandbox itself failed (not the student), why. ``name`` (default the file name)
+    places the executed copy under ``outdir/executed``."""
     executed = outdir / "executed" / (name or path.name)
     executed.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[str, Row] = {}
@@ -152,25 +156,30 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
         root = Path(tmp)
         (root / "work").mkdir()
         (root / "out").mkdir()
-        shutil.copyfile(path, root / "work" / path.name)
-        box = Sandbox(root, path.name, executed.with_suffix(".log"), timeout_cell=opts.timeout_cell,
-                      harness_timeout=opts.timeout_cell + opts.timeout_notebook)
-        progress = root / "out" / "progress.jsonl"
+        (root / "work" / path.name).write_bytes(path.read_bytes())
+        argv = [sys.executable, "-m", "course_lib.grading._execute", str(INSIDE / "work" / path.name),
+                str(INSIDE / "out" / "progress.jsonl"), str(INSIDE / "out" / "executed.ipynb"),
+                "--timeout-cell", str(opts.timeout_cell),
+                "--harness-timeout", str(opts.timeout_cell + opts.timeout_notebook), *sandbox.limit_args()]
+        env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(INSIDE / "out" / "answers.jsonl"),
+               remote.SOCKET_ENV: str(INSIDE / "out" / "grader.sock")}
+        box = Sandbox(root, argv, env, listen=True)
         started, kernel_at, finished, graded_fns = time.monotonic(), None, True, False
         try:
             while box.proc.poll() is None:
                 now = time.monotonic()
-                events = _events(progress)
+                events = box.events()  # the status pipe: the student's kernel cannot write it
                 if kernel_at is None and any(e.get("event") == "kernel" for e in events):
                     kernel_at = now
                 deadline = (kernel_at + opts.timeout_notebook) if kernel_at else \
                     started + STARTUP_LIMIT + opts.timeout_notebook
                 if not graded_fns and any(e.get("event") == "cells_done" for e in events):
                     graded_fns = True
-                    rows = _grade_functions(box, questions, Answers.read(root / "out" / "answers.jsonl"),
-                                            opts, deadline)
-                    try:
-                        box.proc.wait(timeout=10)  # the harness returns, the executor saves and ends
+                    rows, answered = _grade_functions(box, questions, Answers.read(root / "out" / "answers.jsonl"),
+                                                      opts, deadline, Path(tmp))
+                    box.listener.close()  # a harness still queued behind a squatter's connection ends now
+                    try:  # the harness returns, the executor saves and ends (unless it stopped answering)
+                        box.proc.wait(timeout=10 if answered else 1)
                     except subprocess.TimeoutExpired:
                         pass
                     break
@@ -180,24 +189,64 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
                 time.sleep(0.1)
         finally:
             box.kill()
-        events = _events(progress)
+        status = box.events()
+        trusted = {e.get("event") for e in status}
+        failure = None
+        if not box.storm and not trusted & {"kernel", "unreadable"}:  # no student code ran: the sandbox failed
+            failure = sandbox.explain(box.log.text(), box.proc.returncode)
+        elif "failed_before_cells" in trusted:
+            failure = str(next(e.get("error") for e in status if e.get("event") == "failed_before_cells"))
+        events = _events(root / "out" / "progress.jsonl")
         answers = Answers.read(root / "out" / "answers.jsonl")
-        out_nb = root / "out" / "executed.ipynb"
-        if out_nb.is_file() and not out_nb.is_symlink():
-            shutil.copyfile(out_nb, executed)
-    return rows, answers, events, finished
+        _keep(root / "out" / "executed.ipynb", executed, EXECUTED_CAP)
+        _write_capped(executed.with_suffix(".log"), box.log.text()
+                      + (f"\nended: more than {sandbox.MAX_PROCS} processes\n" if box.storm else ""))
+    if box.storm:
+        events.append({"event": "fail", "error": f"it started more than {sandbox.MAX_PROCS} processes"})
+    return rows, answers, events, finished, failure
+
+
+def _keep(src: Path, dst: Path, cap: int) -> None:
+    """Copy ``src`` to ``dst`` if it is a regular file of at most ``cap`` bytes (a sparse or huge
+    file, a link or a FIFO left by a submission is not copied)."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
+            _write_capped(dst.with_suffix(".skipped"), f"executed copy not kept: {st.st_size} bytes "
+                          f"(limit {cap}) or not a regular file\n")
+            return
+        _write_capped(dst, f.read(cap))
+
+
+def _write_capped(dst: Path, data: str | bytes) -> None:
+    dst.write_bytes(data.encode("utf-8", "replace") if isinstance(data, str) else data)
 
 
 def _grade_functions(box: Sandbox, questions: list[Question], answers: Answers, opts: Options,
-                     deadline: float) -> dict[str, Row]:
+                     deadline: float, tmp: Path) -> tuple[dict[str, Row], bool]:
+    """The rows of the function answers, and whether the sandbox's end kept answering."""
     todo = [q for q in questions if not q.is_value and q.qid in answers.answers and q.qid not in answers.revealed]
     # always take the harness's connection, if only to say "bye": it then ends at once
     conn = box.connect(wait=min(30.0 if todo else 5.0, max(1.0, deadline - time.monotonic())))
-    channel = remote.Channel(conn, max(deadline, time.monotonic() + opts.timeout_cell), opts.timeout_cell)
+    launches = iter(range(1, 1 << 30))
+    launcher = functools.partial(_launch_fresh, tmp=tmp, counter=launches)
+    channel = remote.Channel(conn, max(deadline, time.monotonic() + opts.timeout_cell), opts.timeout_cell,
+                             launcher=launcher)
     try:
-        return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}
+        return {q.qid: _score(q, answers.answers[q.qid], channel, opts) for q in todo}, not channel.broken
     finally:
         channel.close()
+
+
+def _launch_fresh(worker: str, world_size: int, timeout: float, kwargs: object, *, tmp: Path, counter) -> object:
+    return sandbox.run_worker(worker, world_size, timeout, kwargs, tmp / f"launch-{next(counter)}")
 
 
 # --------------------------------------------------------------------------- reasons and rows
@@ -250,7 +299,7 @@ def _reason(nb: dict, q: Question, answered: bool, events: list[dict], finished:
 
 
 def _fail(name: str, chapter: str, message: str) -> NotebookGrade:
-    g = NotebookGrade(name, chapter)
+    g = NotebookGrade(printable(name), chapter)
     g.rows.append(Row("(notebook)", 1.0, 0.0, _one_line(message, 300)))
     return g
 
@@ -258,9 +307,13 @@ def _fail(name: str, chapter: str, message: str) -> NotebookGrade:
 def grade_notebook(path: Path, outdir: Path, opts: Options, name: str | None = None,
                    student: str = "") -> NotebookGrade:
     """Execute one notebook in its sandbox and grade it; ``name`` is its name in the reports
-    (default the file name), ``student`` whose it is."""
+    (default the file name), ``student`` whose it is. A crash of the grader's own code marks this
+    submission as a grader error (never a failing score)."""
     t0 = time.monotonic()
-    g = _grade_notebook(path, outdir, opts, name or path.name)
+    try:
+        g = _grade_notebook(path, outdir, opts, name or path.name)
+    except Exception as e:  # noqa: BLE001 - the grader's bug: this submission is an error, the run goes on
+        g = _fail(name or path.name, opts.chapter or "?", f"{GRADER_ERROR}{type(e).__name__}: {e}")
     g.student, g.seconds = student, time.monotonic() - t0
     return g
 
@@ -280,8 +333,10 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
         questions = load_bank(chapter, opts.bank)
     except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
         return _fail(name, chapter, f"error: cannot load the question bank: {type(e).__name__}: {e}")
-    rows, answers, events, finished = run_submission(path, outdir, questions, opts, name)
-    g = NotebookGrade(name, chapter)
+    rows, answers, events, finished, failure = run_submission(path, outdir, questions, opts, name)
+    if failure is not None:
+        return _fail(name, chapter, GRADER_ERROR + failure)
+    g = NotebookGrade(printable(name), chapter)
     for q in questions:
         if q.qid in answers.revealed:
             row = Row(q.qid, q.points, 0.0, "revealed with check.reveal in a graded run: 0 points")
@@ -295,11 +350,18 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
     return g
 
 
+def grader_errors(grades: list[NotebookGrade]) -> list[NotebookGrade]:
+    """The submissions the grader could not run through no fault of theirs."""
+    return [g for g in grades if any(r.qid == "(notebook)" and r.message.startswith(GRADER_ERROR) for r in g.rows)]
+
+
 def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Options | None = None,
               solutions: Path | None = None) -> int:
     """Grade the class folder ``directory`` (student folders and/or flat notebooks), in parallel;
     print the table, write the reports; 0 if all pass, 1 if any is below the pass mark, 2 for a
-    usage error. With ``solutions`` (the masters' folder), note submissions that copy a master's
+    usage error, 3 when the grader or its sandbox failed (a sandbox that cannot start stops the run
+    before any submission; a submission the grader could not run is marked as a grader error, not
+    scored). With ``solutions`` (the masters' folder), note submissions that copy a master's
     solution blocks."""
     opts = opts or Options()
     directory, outdir = Path(directory).resolve(), Path(outdir).resolve()
@@ -322,6 +384,12 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
     if outdir == directory or directory in outdir.parents:
         print("error: --out must not be inside the submissions folder", file=sys.stderr)
         return 2
+    try:
+        with tempfile.TemporaryDirectory(prefix="course-grade-check-") as tmp:
+            sandbox.preflight(Path(tmp))
+    except (sandbox.SandboxFailure, OSError) as e:
+        print(f"error: cannot grade on this machine: {e}", file=sys.stderr)
+        return 3
     outdir.mkdir(parents=True, exist_ok=True)
     jobs = opts.jobs or default_jobs()
     n_students = len({s.student for s in subs})
@@ -330,11 +398,20 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
 
     def one(s: Submission) -> NotebookGrade:
         g = grade_notebook(s.path, outdir, opts, s.name, s.student)
-        note = copy_note(s.path, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
+        try:
+            note = copy_note(s.path, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
+        except Exception:  # noqa: BLE001 - a flag for the instructor; never the run's end
+            note = None
         if note:
-            g.notes.append(note)
+            g.notes.append(printable(note))
         return g
 
     grades = grade_all(subs, one, jobs)
-    return write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
-                         jobs=jobs)
+    rc = write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
+                       jobs=jobs)
+    failed = grader_errors(grades)
+    if failed:
+        print(f"error: the grader could not run {len(failed)} submission(s) ({', '.join(g.name for g in failed)}): "
+              f"{failed[0].rows[-1].message}", file=sys.stderr)
+        return 3
+    return rc

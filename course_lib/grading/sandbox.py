@@ -1,37 +1,57 @@
 """The sandbox a submission runs in: bubblewrap (``bwrap``) with every namespace unshared.
 
-Inside, the student's kernel sees a read-only system (``/usr``, ``/etc``, the Python installation,
-the virtual environment and the ``course_lib`` source *without* its question banks), an empty
-``/tmp`` and home, and exactly one writable folder: ``/sandbox``, which holds this submission's
-own copy (``/sandbox/work``) and the answers/progress it reports (``/sandbox/out``). It has no
-network (only its own loopback), its own PID namespace (every process it starts, including ones
-that left its session, dies with the namespace) and no environment but the variables passed here.
+Inside, the student's kernel sees a read-only system (``/usr``, ``/etc`` without the files only
+root may read, the Python installation, the virtual environment, its site-packages and the
+``course_lib`` source *without* its question banks), an empty ``/tmp`` and home, and exactly one
+writable folder: ``/sandbox``, which holds this submission's own copy (``/sandbox/work``) and the
+answers/progress it reports (``/sandbox/out``). It has no network (only its own loopback), its own
+PID namespace (every process it starts, including ones that left its session, dies with the
+namespace), no environment but the variables passed here, and resource limits (processes, address
+space, file size: :data:`LIMITS`, set by the executor before the kernel starts).
 Not visible: the submissions folder, the report folder, the repository's ``solutions/``, ``.git``
 and tests, the question banks, anybody's home.
+
+The grader learns how far the executor got from a *status pipe* (``--status-fd``), not from a
+file in ``/sandbox``: the executor closes it for its children and makes itself non-dumpable, so
+the student's kernel can neither write to it nor reopen it through ``/proc``. The sandbox's
+stdout/stderr go to a second pipe, drained here and capped at :data:`LOG_CAP` bytes.
 """
 from __future__ import annotations
 
-import json
 import os
-import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import course_lib
-from course_lib.grading import remote
+from course_lib.grading import remote, wire
+from course_lib.grading._pipes import STARTUP_LIMIT
+from course_lib.grading._pipes import Pipe as _Pipe
+from course_lib.grading._pipes import count_procs as _count_procs
+from course_lib.grading._pipes import read_child_pid as _read_child_pid
 
 INSIDE = Path("/sandbox")
-STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
+LOG_CAP = 1 << 20      # bytes of the sandbox's stdout/stderr kept for the report's log
+MAX_PROCS = 256        # processes in one sandbox before the grader ends it (a fork storm)
+# per-process limits inside the sandbox: tasks (threads count), address space, file size
+LIMITS = {"nproc": 2048, "as": 16 << 30, "fsize": 512 << 20}
 _KEEP_ENV = ("LANG", "LC_ALL", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")
+_USERNS_FIX = ("allow unprivileged user namespaces: `sudo sysctl -w kernel.unprivileged_userns_clone=1` "
+               "and, on Ubuntu 23.10+, `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`; "
+               "in a container, run it with user namespaces allowed (e.g. docker --security-opt seccomp=unconfined)")
 
 
 class SandboxUnavailable(RuntimeError):
     """bwrap is missing or cannot create namespaces on this machine."""
+
+
+class SandboxFailure(RuntimeError):
+    """The sandbox could not run on this machine: the grader's failure, not the student's."""
 
 
 def bwrap_path() -> str:
@@ -42,6 +62,37 @@ def bwrap_path() -> str:
     return path
 
 
+def _private(top: Path, limit: int = 5000) -> list[str]:
+    """Files and folders under ``top`` that not everyone on the machine may read (``/etc/shadow-``,
+    ``/etc/security/opasswd``, ...): inside, the student's uid maps to the grader's, so these are
+    hidden instead of trusting file modes. Folders not searchable by others are hidden whole."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in [*dirnames, *filenames]:
+            p = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            need = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(st.st_mode) else 0)
+            if st.st_mode & need != need:
+                out.append(p)
+                if name in dirnames:
+                    dirnames.remove(name)
+        if len(out) > limit:
+            break
+    return out
+
+
+def _mask(paths: list[str]) -> list[str]:
+    args: list[str] = []
+    for p in paths:
+        args += ["--tmpfs", p] if os.path.isdir(p) else ["--ro-bind", "/dev/null", p]
+    return args
+
+
 def _system_binds() -> list[str]:
     args: list[str] = []
     for top in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64"):
@@ -50,26 +101,35 @@ def _system_binds() -> list[str]:
             args += ["--symlink", os.readlink(p), top]
         elif p.is_dir():
             args += ["--ro-bind", top, top]
-    for secret in ("/etc/shadow", "/etc/gshadow"):
-        if Path(secret).exists():
-            args += ["--ro-bind", "/dev/null", secret]
-    return args
+    return args + _mask(_private(Path("/etc")))
+
+
+def _python_roots() -> list[Path]:
+    """What the kernel imports from: the Python installation, the venv, every site-packages folder
+    on ``sys.path`` (a ``.pth`` may add one outside the venv) and course_lib with its data; the
+    outermost only (a root inside another one is covered by it)."""
+    pkg = Path(course_lib.__file__).resolve().parent
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), pkg,
+             Path(sys.executable).resolve().parent}
+    for entry in sys.path:
+        p = Path(entry).resolve() if entry else None
+        if p is not None and p.name in ("site-packages", "dist-packages") and p.is_dir():
+            roots.add(p)
+    if (pkg.parent / "data").is_dir():  # the course's small data files, read by some exercises
+        roots.add(pkg.parent / "data")
+    return [r for r in sorted(roots, key=lambda p: (len(p.parts), str(p)))
+            if not any(o != r and o in r.parents for o in (*roots, Path("/usr")))]
 
 
 def _python_binds() -> list[str]:
-    """The interpreter, the venv and course_lib (question banks hidden), read-only, same paths."""
+    """The roots above, read-only, at the same paths (after ``/tmp``'s tmpfs, which would hide any
+    under the temp folder), then the banks and private files of course_lib hidden."""
+    args = ["--tmpfs", "/tmp"]
+    for r in _python_roots():
+        args += ["--ro-bind", str(r), str(r)]
     pkg = Path(course_lib.__file__).resolve().parent
-    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), pkg}
-    data = pkg.parent / "data"  # the course's small data files, read by some exercises
-    if data.is_dir():
-        roots.add(data)
-    args: list[str] = []
-    for r in sorted(roots, key=lambda p: len(p.parts)):
-        covered = [o for o in (*roots, Path("/usr")) if o != r and (o == r or o in r.parents)]
-        if not covered:
-            args += ["--ro-bind", str(r), str(r)]
     args += ["--tmpfs", str(pkg / "checks")]  # the banks: graded outside the sandbox only
-    return args
+    return args + _mask([p for p in _private(pkg) if not p.startswith(str(pkg / "checks"))])
 
 
 def command(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
@@ -78,8 +138,7 @@ def command(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
     thread-count variables of this process)."""
     args = [bwrap_path(), "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            *_system_binds(), *_python_binds(),
-            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home",
+            *_system_binds(), "--proc", "/proc", "--dev", "/dev", *_python_binds(), "--dir", "/tmp/home",
             "--bind", str(root), str(INSIDE), "--chdir", str(INSIDE / "work"), "--clearenv"]
     full = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     full.update({"HOME": "/tmp/home", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
@@ -91,30 +150,80 @@ def command(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
     return [*args, "--", *argv]
 
 
-class Sandbox:
-    """One submission's sandbox: started on construction, :meth:`kill` ends every process in it."""
+def limit_args() -> list[str]:
+    return ["--limits", ",".join(f"{k}={v}" for k, v in LIMITS.items())]
 
-    def __init__(self, root: Path, name: str, log: Path, *, timeout_cell: float, harness_timeout: float) -> None:
-        """Run the executor on ``root/work/name`` (graded mode), its stdout/stderr into ``log``."""
-        inside = INSIDE
-        argv = [sys.executable, "-m", "course_lib.grading._execute", str(inside / "work" / name),
-                str(inside / "out" / "progress.jsonl"), str(inside / "out" / "executed.ipynb"),
-                "--timeout-cell", str(timeout_cell), "--harness-timeout", str(harness_timeout)]
-        env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(inside / "out" / "answers.jsonl"),
-               remote.SOCKET_ENV: str(inside / "out" / "grader.sock")}
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(root / "out" / "grader.sock"))
-        self.listener.listen(1)
+
+def explain(log: str, rc: int | None) -> str:
+    """One line naming why a sandbox did not start, and the fix, from bwrap's or Python's words."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    last = lines[-1][:300] if lines else f"exit status {rc}"
+    low = log.lower()
+    if "namespace" in low or "uid map" in low or "operation not permitted" in low:
+        return f"bwrap cannot create the sandbox's namespaces ({last}): {_USERNS_FIX}"
+    if "execvp" in low:
+        return (f"the interpreter {sys.executable} is not visible inside the sandbox ({last}): "
+                "a bug of the grader's binds; report it with this line")
+    if "error" in low and ("import" in low or "module" in low):
+        return f"Python cannot import the grader's packages inside the sandbox ({last}): reinstall the course's requirements"
+    return f"the sandbox failed to start ({last})"
+
+
+class Sandbox:
+    """One sandbox running ``argv`` (the executor, or a fresh launcher): started on construction,
+    :meth:`kill` ends every process in it. ``status`` holds the events of the status pipe."""
+
+    def __init__(self, root: Path, argv: list[str], env: dict[str, str] | None = None, *,
+                 listen: bool = False) -> None:
+        self.listener = None
+        if listen:
+            self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.listener.bind(str(root / "out" / "grader.sock"))
+            self.listener.listen(1)
+        self.log, self.status = _Pipe(LOG_CAP), _Pipe(wire.MAX_TEXT)
         info_r, info_w = os.pipe()
-        cmd = command(root, argv, env)
+        cmd = command(root, [*argv, "--status-fd", str(self.status.write_fd)], dict(env or {}))
         cmd[1:1] = ["--info-fd", str(info_w)]
-        with open(log, "w", encoding="utf-8") as err:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                         pass_fds=(info_w,), start_new_session=True)
+        self.storm = False
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log.write_fd,
+                                     stderr=self.log.write_fd, pass_fds=(info_w, self.status.write_fd),
+                                     start_new_session=True)
         os.close(info_w)
+        self.log.start()
+        self.status.start()
         self.child = _read_child_pid(info_r)
+        self._stop = threading.Event()
+        if self.child:
+            threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        """End the sandbox when it holds more than MAX_PROCS processes: a fork storm must not
+        take the machine's process table from the grader and the other sandboxes."""
+        try:
+            ns = os.readlink(f"/proc/{self.child}/ns/pid")
+        except OSError:
+            return
+        while not self._stop.wait(0.25):
+            if _count_procs(ns) > MAX_PROCS:
+                self.storm = True
+                self.kill()
+                return
+
+    def events(self) -> list[dict]:
+        """The executor's status events so far (trusted: only the executor can write them)."""
+        out = []
+        for line in bytes(self.status.data).splitlines():
+            try:
+                row = wire.loads(line)
+            except wire.WireError:
+                continue
+            if isinstance(row, dict):
+                out.append(row)
+        return out
 
     def connect(self, wait: float) -> socket.socket | None:
+        if self.listener is None:
+            return None
         self.listener.settimeout(wait)
         try:
             conn, _ = self.listener.accept()
@@ -124,7 +233,8 @@ class Sandbox:
 
     def kill(self) -> None:
         """SIGKILL the sandbox's init: the kernel then kills every process of its PID namespace,
-        and bwrap exits only after that; wait for it."""
+        and bwrap exits only after that; wait for it and for its pipes to drain."""
+        self._stop.set()
         for pid in (self.child, self.proc.pid):
             if pid:
                 try:
@@ -132,26 +242,44 @@ class Sandbox:
                 except (ProcessLookupError, PermissionError):
                     pass
         self.proc.wait()
-        self.listener.close()
+        if threading.current_thread() is not self.log.thread:
+            self.log.thread.join(5)
+            self.status.thread.join(5)
+        if self.listener is not None:
+            self.listener.close()
 
 
-def _read_child_pid(fd: int) -> int | None:
-    """The PID (here) of the sandbox's init, from the JSON bwrap writes to ``--info-fd`` once set
-    up (in several writes: read until it parses, or bwrap dies of SIGPIPE)."""
-    text, end = b"", time.monotonic() + STARTUP_LIMIT
+def preflight(root: Path) -> None:
+    """Start one sandbox that imports what the executor needs; raise :class:`SandboxFailure` with
+    the cause and the fix when it cannot (bwrap without namespaces, an interpreter it cannot see)."""
+    (root / "work").mkdir(parents=True, exist_ok=True)
+    (root / "out").mkdir(exist_ok=True)
+    box = Sandbox(root, [sys.executable, "-m", "course_lib.grading._launch", "--check"])
     try:
-        while time.monotonic() < end:
-            ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-            chunk = os.read(fd, 4096) if ready else b""
-            if not chunk:
-                return None
-            text += chunk
-            try:
-                return int(json.loads(text)["child-pid"])
-            except ValueError:
-                continue
-            except (KeyError, TypeError):
-                return None
-        return None
-    finally:
-        os.close(fd)
+        box.proc.wait(timeout=STARTUP_LIMIT)
+    except subprocess.TimeoutExpired:
+        pass
+    box.kill()
+    if not any(e.get("event") == "ready" for e in box.events()):
+        raise SandboxFailure(explain(box.log.text(), box.proc.returncode))
+
+
+def run_worker(worker: str, world_size: int, timeout: float, kwargs: object, tmp: Path) -> object:
+    """``course_lib.dist.launch(worker, world_size, timeout=..., **kwargs)`` in a *fresh* sandbox
+    (not the student's kernel, which could replace ``launch``), for graders that must see a real
+    run; returns the wire-encoded result or raises what the launch raised."""
+    root = Path(tmp)
+    (root / "work").mkdir(parents=True)
+    (root / "out").mkdir()
+    (root / "work" / "request.json").write_text(wire.dumps(
+        {"worker": worker, "world_size": world_size, "timeout": timeout, "kwargs": kwargs}))
+    box = Sandbox(root, [sys.executable, "-m", "course_lib.grading._launch", *limit_args()])
+    try:
+        box.proc.wait(timeout=timeout + STARTUP_LIMIT / 4)
+    except subprocess.TimeoutExpired:
+        pass
+    box.kill()
+    reply = next((e for e in box.events() if e.get("event") == "result"), None)
+    if reply is None:
+        raise remote.CallTimeout(f"the worker sandbox gave no result ({explain(box.log.text(), box.proc.returncode)})")
+    return reply

@@ -195,3 +195,22 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: 
         return None if bool(ans == exp) else f"{at}{describe(ans)} is not the answer we expected"
     except Exception as e:  # noqa: BLE001
         return f"{at}cannot compare {describe(ans)}: {type(e).__name__}: {e}"
+
+
+def printable(text: Any, limit: int = 300) -> str:
+    """``text`` as one line safe for every report: control characters (C0, DEL, C1, and the
+    Unicode line/paragraph separators and bidi overrides a terminal or Markdown would act on)
+    shown as ``\\xNN``/``\\uNNNN`` escapes, cut to ``limit`` characters. Pure: reports call it on
+    file names and messages that came from a submission."""
+    import unicodedata
+
+    out = []
+    for ch in " ".join(str(text).split(" ")):
+        if ch in "\t\n\r":
+            out.append(" ")
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):  # Cf: bidi, zero-width
+            out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    s = " ".join("".join(out).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."

@@ -16,7 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 40
-MAX_TEXT = 64 * 2**20
+MAX_TEXT = 16 * 2**20  # bytes of one message: bounds what parsing it can cost the grader
+MAX_DIMS = 32          # numpy's own limit is 64; no answer needs more
+# the dtypes an answer may declare: numbers and bools (a string dtype such as "U999999999" would
+# make numpy allocate its width for every element, gigabytes from a 150-byte answer)
+NUMPY_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                          "float16", "float32", "float64", "complex64", "complex128"})
+TORCH_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
+                          "float32", "float64"})
 
 
 class WireError(ValueError):
@@ -119,23 +126,24 @@ def _build_tensor(t: dict) -> Any:
             raise WireError("tensor data must be numbers")
     if not (isinstance(dtype, str) and isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
         raise WireError("malformed tensor")
+    if len(shape) > MAX_DIMS:
+        raise WireError(f"a tensor of {len(shape)} dimensions (at most {MAX_DIMS})")
     if math.prod(shape) != len(data):
         raise WireError("tensor data does not match its shape")
-    if kind == "torch":
-        import torch
+    if kind not in ("torch", "numpy"):
+        raise WireError(f"unknown tensor kind {str(kind)[:40]!r}")
+    if dtype not in (TORCH_DTYPES if kind == "torch" else NUMPY_DTYPES):
+        raise WireError(f"unsupported {kind} dtype {dtype[:40]!r}")
+    try:  # values the dtype cannot hold (int8 300), or a build numpy/torch refuses
+        if kind == "torch":
+            import torch
 
-        dt = getattr(torch, dtype, None)
-        if not isinstance(dt, torch.dtype):
-            raise WireError(f"unknown torch dtype {dtype!r}")
-        return torch.tensor(data, dtype=dt).reshape(shape)
-    if kind == "numpy":
+            return torch.tensor(data, dtype=getattr(torch, dtype)).reshape(shape)
         import numpy as np
 
-        try:
-            return np.array(data, dtype=np.dtype(dtype)).reshape(shape)
-        except TypeError as e:
-            raise WireError(f"bad numpy dtype {dtype!r}: {e}") from None
-    raise WireError(f"unknown tensor kind {kind!r}")
+        return np.array(data, dtype=np.dtype(dtype)).reshape(shape)
+    except (OverflowError, RuntimeError, ValueError, TypeError, FloatingPointError, MemoryError) as e:
+        raise WireError(f"cannot build the {kind} {dtype} tensor: {type(e).__name__}") from None
 
 
 def decode(x: Any, fn: Callable[[dict], Any] | None = None, depth: int = 0) -> Any:
