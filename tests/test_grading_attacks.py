@@ -200,6 +200,13 @@ def run_attacks() -> dict[str, str]:
             "try:\n    b = bytearray(24 << 30)\n    print('ALLOCATED')\nexcept MemoryError:\n    print('memory blocked')\n"
             "import os\ntry:\n    with open('big', 'wb') as f:\n        f.truncate(1 << 40)\n    print('BIG FILE')\n"
             "except OSError as e:\n    print('file blocked', e.errno)\ncheck('flops', 4e19)")),
+        "c26_fill_the_disk.ipynb": notebook(SETUP, (
+            "import os\ntry:\n    with open('/tmp/fill', 'wb') as f:\n        for _ in range(40):\n"
+            "            f.write(b'z' * (16 << 20))\n    print('TMP FILLED')\nexcept OSError as e:\n"
+            "    print('tmp full', e.errno)\nos.remove('/tmp/fill')\ncheck('flops', 4e19)"), (
+            "import os, time\nfor i in range(48):\n    with open(f'/sandbox/work/f{i}', 'wb') as f:\n"
+            "        f.write(os.urandom(16 << 20))\ntime.sleep(30)"),
+            "check('dtype', 'fp16')"),
         "c23_huge_answer.ipynb": notebook(SETUP, "check('shape', 'x' * (17 << 20))\ncheck('flops', [1e20] * 200_000)"),
         "c24_symlinked_copy.ipynb": notebook(SETUP, (
             "import os, subprocess, sys\n"
@@ -438,6 +445,9 @@ def test_sandbox_limits_hold(runs):
     memory = _outputs(executed / "c22_memory.ipynb")
     assert "memory blocked" in memory and "file blocked 27" in memory     # EFBIG
     assert "processes" in rows["c18_fork_storm.ipynb"]["dtype"]["message"], rows["c18_fork_storm.ipynb"]
+    # the in-memory /tmp is full at its size (ENOSPC); the folder on disk is ended at its cap
+    assert "tmp full 28" in _outputs(executed / "c26_fill_the_disk.ipynb")
+    assert "MiB to its folder" in rows["c26_fill_the_disk.ipynb"]["dtype"]["message"], rows["c26_fill_the_disk.ipynb"]
     status = _outputs(executed / "c20_forge_status.ipynb")
     assert "OPENED []" in status and "environ blocked" in status
     assert rows["c20_forge_status.ipynb"]["flops"]["message"].startswith("A third")   # graded as the student's

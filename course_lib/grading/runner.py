@@ -192,7 +192,7 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
         status = box.events()
         trusted = {e.get("event") for e in status}
         failure = None
-        if not box.storm and not trusted & {"kernel", "unreadable"}:  # no student code ran: the sandbox failed
+        if not box.ended and not trusted & {"kernel", "unreadable"}:  # no student code ran: the sandbox failed
             failure = sandbox.explain(box.log.text(), box.proc.returncode)
         elif "failed_before_cells" in trusted:
             failure = str(next(e.get("error") for e in status if e.get("event") == "failed_before_cells"))
@@ -200,9 +200,9 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
         answers = Answers.read(root / "out" / "answers.jsonl")
         _keep(root / "out" / "executed.ipynb", executed, EXECUTED_CAP)
         _write_capped(executed.with_suffix(".log"), box.log.text()
-                      + (f"\nended: more than {sandbox.MAX_PROCS} processes\n" if box.storm else ""))
-    if box.storm:
-        events.append({"event": "fail", "error": f"it started more than {sandbox.MAX_PROCS} processes"})
+                      + (f"\nended by the grader: {box.ended}\n" if box.ended else ""))
+    if box.ended:
+        events.append({"event": "fail", "error": box.ended})
     return rows, answers, events, finished, failure
 
 

@@ -38,6 +38,12 @@ from course_lib.grading._pipes import read_child_pid as _read_child_pid
 INSIDE = Path("/sandbox")
 LOG_CAP = 1 << 20      # bytes of the sandbox's stdout/stderr kept for the report's log
 MAX_PROCS = 256        # processes in one sandbox before the grader ends it (a fork storm)
+# Disk: the writable host folder (/sandbox) may hold at most DISK_CAP bytes of real data in at most
+# MAX_FILES entries before the grader ends the sandbox (RLIMIT_FSIZE caps one file, not how many);
+# /tmp and the home inside are a tmpfs of TMP_SIZE bytes (memory), full at that size.
+DISK_CAP = 512 << 20
+MAX_FILES = 20_000
+TMP_SIZE = 512 << 20
 # per-process limits inside the sandbox: tasks (threads count), address space, file size
 LIMITS = {"nproc": 2048, "as": 16 << 30, "fsize": 512 << 20}
 _KEEP_ENV = ("LANG", "LC_ALL", "ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TZ")
@@ -124,7 +130,7 @@ def _python_roots() -> list[Path]:
 def _python_binds() -> list[str]:
     """The roots above, read-only, at the same paths (after ``/tmp``'s tmpfs, which would hide any
     under the temp folder), then the banks and private files of course_lib hidden."""
-    args = ["--tmpfs", "/tmp"]
+    args = ["--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     for r in _python_roots():
         args += ["--ro-bind", str(r), str(r)]
     pkg = Path(course_lib.__file__).resolve().parent
@@ -184,7 +190,8 @@ class Sandbox:
         info_r, info_w = os.pipe()
         cmd = command(root, [*argv, "--status-fd", str(self.status.write_fd)], dict(env or {}))
         cmd[1:1] = ["--info-fd", str(info_w)]
-        self.storm = False
+        self.root = root
+        self.ended: str | None = None  # why the watchdog ended the sandbox (a fork storm, a full disk)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log.write_fd,
                                      stderr=self.log.write_fd, pass_fds=(info_w, self.status.write_fd),
                                      start_new_session=True)
@@ -197,15 +204,21 @@ class Sandbox:
             threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self) -> None:
-        """End the sandbox when it holds more than MAX_PROCS processes: a fork storm must not
-        take the machine's process table from the grader and the other sandboxes."""
+        """End the sandbox when it holds more than MAX_PROCS processes, or its folder more than
+        DISK_CAP bytes or MAX_FILES entries: a fork storm or a disk filler must not take the
+        machine's process table or disk from the grader and the other sandboxes."""
         try:
             ns = os.readlink(f"/proc/{self.child}/ns/pid")
         except OSError:
             return
+        tick = 0
         while not self._stop.wait(0.25):
+            tick += 1
             if _count_procs(ns) > MAX_PROCS:
-                self.storm = True
+                self.ended = f"it started more than {MAX_PROCS} processes"
+            elif tick % 4 == 0 and (used := _disk_use(self.root)) is not None:
+                self.ended = used
+            if self.ended:
                 self.kill()
                 return
 
@@ -247,6 +260,31 @@ class Sandbox:
             self.status.thread.join(5)
         if self.listener is not None:
             self.listener.close()
+
+
+def _disk_use(root: Path) -> str | None:
+    """Why ``root`` holds too much (real bytes, so a sparse file counts what it occupies), or None."""
+    used, entries, stack = 0, 0, [str(root)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                if entries > MAX_FILES:
+                    return f"it wrote more than {MAX_FILES} files"
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        used += e.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+                if used > DISK_CAP:
+                    return f"it wrote more than {DISK_CAP >> 20} MiB to its folder"
+    return None
 
 
 def preflight(root: Path) -> None:
