@@ -3,7 +3,7 @@ import ast
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "course_lib"
-CORE = {"model", "dist", "dist_rank", "dist_check", "_forkserver_guard", "hardware", "network", "corpus", "train", "plots",
+CORE = {"model", "dist", "dist_rank", "dist_errors", "dist_progress", "dist_check", "_forkserver_guard", "hardware", "network", "corpus", "train", "plots",
         "report", "widgets", "_validate", "atomic"}
 SHARED_CALCULATORS = {"memory", "comm"}
 
