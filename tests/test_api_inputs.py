@@ -255,9 +255,9 @@ def test_random_numbers_give_a_finite_answer_or_a_value_error(fn, data):
     ("pipeline.min_microbatches(4, 1e-320)", "target_fraction", None),
     ("distill.distill_calculator(teacher_params=0)", "teacher_params", "n_params"),
     ("distill.distill_calculator(teacher_tokens=1e308, teacher_params=1e308)", "teacher_params", "n_params"),
-    ("distill.gpu_hours(1e9, 1e9, gpu='V100')", "gpu", None),
-    ("flops.training_days(1e9, 1e9, 8, 0.4, gpu='V100')", "gpu", None),
-    ("hardware.get_accelerator('V100')", "name", None),
+    ("distill.gpu_hours(1e9, 1e9, gpu='RTX9090')", "gpu", None),
+    ("flops.training_days(1e9, 1e9, 8, 0.4, gpu='RTX9090')", "gpu", None),
+    ("hardware.get_accelerator('RTX9090')", "name", None),
     ("flops.mfu(1e9, 1e3, recompute='no')", "recompute", None),
     ("flops.training_flops(1e308, 1e9)", "n_params", None),
     ("numerics.stall_point(1e-8, 'fp16')", "increment", None),
@@ -307,10 +307,10 @@ def _cli(argv, capsys) -> tuple[int, str, str]:
     (["training_days", "--n-params", "1", "--n-tokens", "1", "--n-gpus", "1e-320", "--mfu", "1e-320"],
      "--n-gpus"),
     (["training_days", "--n-params", "1e9", "--n-tokens", "1e9", "--n-gpus", "8", "--mfu", "0.4",
-      "--gpu", "V100"], "--gpu"),
+      "--gpu", "RTX9090"], "--gpu"),
     (["training_flops", "--n-params", "x", "--n-tokens", "1e9"], "--n-params"),
     (["dp_bytes_per_step", "--n-params", "1e308", "--n", "8"], "--n-params"),
-    (["get_accelerator", "--name", "V100"], "--name"),
+    (["get_accelerator", "--name", "RTX9090"], "--name"),
 ])
 def test_cli_bad_input_is_a_usage_error_naming_the_flag(argv, flag, capsys):
     code, out, err = _cli(argv, capsys)

@@ -25,7 +25,7 @@ def test_plan_is_internally_consistent(p70):
     assert p70.days == pytest.approx(flops.training_days(70e9, 15e12, 2048, p70.mfu, "H100"), rel=1e-12)
     assert p70.tp * p70.cp * p70.pp * p70.dp == p70.n_gpus
     assert p70.fits and p70.memory_bytes == pytest.approx(p70.states_bytes + p70.activation_bytes)
-    assert p70.usable_bytes == pytest.approx(0.9 * 80e9)
+    assert p70.usable_bytes == pytest.approx(0.9 * 80 * 2 ** 30)    # 80 GiB, the datasheet's "80 GB"
     # mfu=None: the layout planner's own estimate, so the step is its step
     assert p70.mfu_source == "layout estimate" and p70.mfu == p70.mfu_estimate
     assert p70.step_s == pytest.approx(p70.layout_step_s, rel=1e-9)
@@ -80,7 +80,7 @@ def test_model_shape_matches_published_aspect():
     (dict(n_params=7e9), "compute"),
     (dict(n_params=7e9, n_tokens=1e12, n_gpus=0), "n_gpus"),
     (dict(n_params=-1.0, n_tokens=1e12), "n_params"),
-    (dict(n_params=7e9, n_tokens=1e12, gpu="V100"), "gpu"),
+    (dict(n_params=7e9, n_tokens=1e12, gpu="RTX9090"), "gpu"),
     (dict(n_params=7e9, n_tokens=1e12, mfu=45), "mfu"),
     (dict(n_params=7e9, n_tokens=1e12, dtype="int8"), "dtype"),
     (dict(n_params=7e9, n_tokens=1e12, seq_len=0), "seq_len"),
@@ -95,7 +95,7 @@ def test_bad_input_names_the_argument(kwargs, name):
 def test_a_plan_that_does_not_fit_says_how_many_gpus_it_needs():
     with pytest.raises(ValueError, match=r"^n_gpus=8: the plan does not fit") as err:
         plan(n_params=70e9, n_tokens=1e12, n_gpus=8)
-    assert f"at least {math.ceil(16 * 70e9 / (0.9 * 80e9))} GPUs" in str(err.value)
+    assert f"at least {math.ceil(16 * 70e9 / (0.9 * 80 * 2 ** 30))} GPUs" in str(err.value)
 
 
 def test_a_batch_below_the_floor_says_what_batch_would_do():
