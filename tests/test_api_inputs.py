@@ -26,7 +26,8 @@ from course_lib.__main__ import CALCULATORS, main
 OTHERS = [
     ("flops", "attention_flops_per_token"), ("scaling", "optimal_loss"), ("scaling", "compute_equivalent"),
     ("scaling", "size_for_tokens"), ("scaling", "inference_optimal"), ("scaling", "min_size_fraction"),
-    ("memory", "zero_memory_breakdown"), ("memory", "max_params_per_gpu"), ("comm", "collective_time"),
+    ("memory", "zero_memory_breakdown"), ("memory", "max_params_per_gpu"),
+    ("memory", "llama_activation_bytes_per_layer"), ("memory", "logits_bytes"), ("comm", "collective_time"),
     ("comm", "zero_bytes_per_step"), ("comm", "hsdp_bytes_per_step"), ("comm", "step_estimate"),
     ("comm", "crossover_gpus"), ("pipeline", "step_time"), ("pipeline", "peak_in_flight"),
     ("numerics", "stall_point"), ("numerics", "ulp"), ("numerics", "ulp_theory"),
@@ -66,7 +67,7 @@ VALID = dict(
     n_writers=1024, writer_bandwidth=2e9, storage_bandwidth=2e12, copy_bandwidth=25e9,
     micro_batch=1, n_heads=32, tp=8, sequence_parallel=True, kv_dim=1024, cp=4, gpus_per_node=8,
     nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
-    max_cp=16, max_zero=3,
+    max_cp=16, max_zero=3, ffn_dim=14336, vocab_size=128256, vocab_parallel=True, chunks=1,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
