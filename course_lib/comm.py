@@ -117,8 +117,10 @@ def _hsdp(psi: float, b: float, n: int, d: int) -> tuple[float, float]:
 def max_dp_degree(critical_batch_tokens: float, seq_len: int) -> int:
     """Most data-parallel replicas that still get at least one whole sequence each when the global
     batch may not exceed ``critical_batch_tokens``: floor(B_crit / seq_len). This bounds the DP/FSDP
-    degree, not the number of GPUs: tensor, context and expert parallelism multiply it; pipeline
-    parallelism does not, since each pipeline needs m >= p microbatches from the same batch."""
+    degree, not the number of GPUs: tensor and context parallelism multiply it; expert parallelism
+    does not (its ranks are data-parallel ranks, each with sequences of its own); pipeline
+    parallelism only at the price of its bubble, (p−1)/(m+p−1) of the step with m microbatches
+    per pipeline drawn from the same batch."""
     b = positive("critical_batch_tokens", critical_batch_tokens)
     s = positive_int("seq_len", seq_len)
     if b < s:

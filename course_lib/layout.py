@@ -101,6 +101,8 @@ class _Job:
     usable: float
     max_cp: int
     max_zero: int
+    sp: bool = True          # sequence parallelism with TP (Korthikanti et al. 2022, arXiv 2205.05198)
+    selective: bool = True   # selective recomputation offered (same paper; needs stored scores)
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -139,10 +141,11 @@ def _in_flight(p: int, m: int, v: int) -> float:
     return min(p * (1 + (p - 1) / (p * v)), m) if v > 1 else min(p, m)
 
 
-def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str) -> Layout:
+def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str,
+              first_layers: int | None = None) -> Layout:
     sizes, s_cp = (tp, cp, pp, dp), job.s // cp
     m = int(job.tokens / job.s // (dp * job.b))
-    sp = tp > 1
+    sp = tp > 1 and job.sp
     # memory: ZeRO states of this GPU's Ψ/(TP·PP) over the DP·CP replicas, then activations
     psi_gpu = job.psi / (tp * pp)
     per_stage = math.ceil(job.L / pp)
@@ -155,7 +158,8 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
         act = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "full")
     elif mode == "none" and not job.flash:                        # scores of s/cp queries × s keys
         act += 5.0 * job.a * s_cp * job.s * job.b / tp
-    held = job.L if pp == 1 else per_stage * _in_flight(pp, m, v)
+    first = per_stage if first_layers is None else first_layers  # layers on the first stage
+    held = job.L if pp == 1 else first * _in_flight(pp, m, v)
     activations = act * held + (kept if mode == "full" else 0.0)  # + the layer being recomputed
     # compute: 6Ψ + 3·attention per token, plus what recomputation reruns
     attn = 2.0 * job.L * job.s * job.h                            # causal forward, per token
@@ -217,7 +221,8 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
 
 
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
-         compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero) -> _Job:
+         compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
+         sequence_parallel=True, selective_recompute=True) -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -238,14 +243,15 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
     u = fraction("compute_mfu", compute_mfu)
     return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=_MAX_LAYERS), h, a, s,
                 tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
-                flag("flash_attention", flash_attention), acc.peak("bf16"), acc.peak("bf16") * u,
+                flag("flash_attention", flash_attention), acc.peak(acc.training_dtype), acc.peak(acc.training_dtype) * u,
                 acc.link_bandwidth, network.gpus_per_node, network,
                 acc.hbm_bytes * fraction("usable_fraction", usable_fraction), positive_int("max_cp", max_cp),
-                zero_stage("max_zero", max_zero))
+                zero_stage("max_zero", max_zero), flag("sequence_parallel", sequence_parallel),
+                flag("selective_recompute", selective_recompute))
 
 
 def _all(job: _Job) -> list[Layout]:
-    modes = ("none", "full") if job.flash else ("none", "selective", "full")
+    modes = ("none", "full") if job.flash or not job.selective else ("none", "selective", "full")
     return sorted((_evaluate(job, *c) for c in _candidates(job, modes)), key=lambda x: x.step_s)
 
 
@@ -254,17 +260,21 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  global_batch_tokens: float, n_gpus: int, *, gpu: str = "H100-SXM",
                  network: Network = DGX_H100_NDR, compute_mfu: float = 0.5, usable_fraction: float = 0.9,
                  flash_attention: bool = True, kv_heads: int | None = None,
-                 micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3) -> list[Layout]:
+                 micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
+                 selective_recompute: bool = True) -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
     shrinks what the CP ring carries; ``flash_attention`` (the default, as in every large run
     today) means no s×s scores are stored, so selective recomputation has nothing to save;
     ``max_cp=1`` plans without context parallelism (as before 2023), ``max_zero=0`` without
-    sharded optimizer states (Megatron-LM in 2021).
+    sharded optimizer states (Megatron-LM in 2021); ``sequence_parallel=False`` and
+    ``selective_recompute=False`` take away the two 2022 techniques of Korthikanti et al.
+    (arXiv 2205.05198), leaving no recomputation or full recomputation.
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
-               compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero)
+               compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
+               sequence_parallel, selective_recompute)
     return [x for x in _all(job) if x.fits]
 
 
@@ -273,37 +283,61 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              n_heads: int, seq_len: int, global_batch_tokens: float, v: int = 1, zero: int = 1,
              recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
              compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
-             kv_heads: int | None = None) -> Layout:
+             kv_heads: int | None = None, trim_first_last: bool = False) -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s). Inputs
-    whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them."""
+    whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
+
+    ``trim_first_last=True`` lays the layers out as Llama 3 did (arXiv 2407.21783 §3.3.2, "we
+    reduce one Transformer layer each from the first and the last stages"): the stages hold
+    ⌈(L + 2)/PP⌉ layers but the first and the last one fewer, so the first stage, which keeps the
+    most microbatches in flight, counts one layer less; ``v`` may then go up to one layer per chunk
+    (v = ⌈(L + 2)/PP⌉, Llama 3's 126 layers in 16 stages of 8 chunks), beyond the search's v·PP ≤ L.
+    The model states stay those of the average stage, Ψ/(TP·PP): the first stage's embedding
+    table takes the place of the layer it gives up.
+    """
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero))
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
     want = (tp, cp, pp, dp, v, zero, mode)
+    first = None
+    if trim_first_last:
+        flag("trim_first_last", trim_first_last)
+        stage = math.ceil((job.L + 2) / pp)
+        if pp < 3 or v > stage:
+            raise ValueError(f"trim_first_last needs pp >= 3 (a first, a middle and a last stage) and "
+                             f"v <= {stage} layers per stage, got pp={pp}, v={v}")
+        first = stage - 1
+        seqs_m = int(job.tokens / job.s // (dp * job.b))
+        if v > 1 and seqs_m % pp:
+            raise ValueError(f"v={v}: interleaving needs m ({seqs_m}) a multiple of pp ({pp})")
+        want = (tp, cp, pp, dp, 1, zero, mode)      # the other rules, checked as for v = 1
     if want not in set(_candidates(job, (mode,))):
         raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP, CP and PP are powers "
                          f"of two (the degrees the planner searches), TP must divide the heads and the node, "
                          f"CP the sequence, and each pipeline needs m >= PP microbatches (a multiple of PP "
                          f"when interleaved)")
-    return _evaluate(job, *want)
+    return _evaluate(job, tp, cp, pp, dp, v, zero, mode, first)
 
 
 @calculator
 def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: int,
            global_batch_tokens: float, n_gpus: int, gpu: str = "H100-SXM", gpus_per_node: int = 8,
-           nics_per_node: int = 8, nic_bits_per_s: float = 400e9, kv_heads: int | None = None,
+           nics_per_node: int = 8, nic_bits_per_s: float | None = None, kv_heads: int | None = None,
            compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
-           max_cp: int = 128, max_zero: int = 3) -> Layout:
+           max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
+           selective_recompute: bool = True) -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
-    of ``nic_bits_per_s`` each."""
+    of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
+    nic = lookup("gpu", gpu).nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s
     net = Network("custom", positive_int("gpus_per_node", gpus_per_node),
-                  positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic_bits_per_s))
+                  positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
-               compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero)
+               compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
+               sequence_parallel, selective_recompute)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:

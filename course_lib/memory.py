@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from ._validate import calculator, choice, flag, positive, positive_int, zero_stage
 
 __all__ = ["ZeroMemory", "zero_memory_breakdown", "zero_memory_per_gpu", "min_zero3_degree",
-           "max_params_per_gpu", "RECOMPUTE", "activation_bytes_per_layer"]
+           "max_params_per_gpu", "RECOMPUTE", "activation_bytes_per_layer", "llama_activation_bytes_per_layer",
+           "logits_bytes"]
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -157,3 +158,53 @@ def _activation_bytes(s: float, b: float, h: float, a: float, t: float, sp: bool
         return 2.0 * sbh / t_sp
     linear = sbh * (10.0 / t_sp + 24.0 / t)
     return linear if mode == "selective" else linear + 5.0 * a * s * s * b / t
+
+
+@calculator
+def llama_activation_bytes_per_layer(seq_len: int, micro_batch: int, d_model: int, n_heads: int, kv_heads: int,
+                                     ffn_dim: int, tp: int = 1, sequence_parallel: bool = False) -> float:
+    """Bytes a Llama-style layer keeps for its backward, per GPU and microbatch: RMSNorm, grouped-
+    query attention through FlashAttention (no s×s scores), SwiGLU MLP, no dropout, 16-bit tensors.
+
+    Counted tensor by tensor, beside Korthikanti et al.'s 34·sbh for a GELU, multi-head, dropout
+    block (:func:`activation_bytes_per_layer`, which the layout planner applies): the two norms'
+    inputs and outputs (4sbh), Q (sbh) and K, V (2sbh·kv/a, grouped-query), the attention output
+    that FlashAttention's backward and the output projection both read (sbh), each 2 bytes; the
+    gate and up projections (2·sbF) and their SwiGLU product, the down projection's input (sbF),
+    2 bytes each; FlashAttention's FP32 log-sum-exp, 4·sba. That is 2sbh(6 + 2kv/a) + 6sbF + 4sba,
+    divided by t under TP with sequence parallelism (without it the norms' 4sbh stay whole): for
+    Llama 3 405B (F = 3.25h, kv/a = 1/16) 31.8·sbh against Korthikanti's 34·sbh.
+    """
+    s, b = positive_int("seq_len", seq_len), positive_int("micro_batch", micro_batch)
+    h, a = positive_int("d_model", d_model), positive_int("n_heads", n_heads)
+    kv = positive_int("kv_heads", kv_heads, maximum=a)
+    f, t = positive_int("ffn_dim", ffn_dim), positive_int("tp", tp)
+    sp = flag("sequence_parallel", sequence_parallel)
+    if a % t or kv % t and t % kv:
+        raise ValueError(f"tp ({t}) must divide n_heads ({a}) and divide or be divided by kv_heads ({kv})")
+    sbh = float(s) * b * h
+    norms = 2.0 * 4 * sbh / (t if sp else 1)
+    sharded = 2.0 * sbh * (2 + 2 * kv / a) + 6.0 * s * b * f + 4.0 * s * b * a
+    return norms + sharded / t
+
+
+@calculator
+def logits_bytes(seq_len: int, micro_batch: int, vocab_size: int, tp: int = 1, vocab_parallel: bool = True,
+                 chunks: int = 1) -> float:
+    """Peak bytes of the output logits and the cross-entropy on one GPU, per microbatch: the BF16
+    logits (2 bytes each), their FP32 copy for a stable softmax (4) and the FP32 gradient the loss
+    writes back (4), 10 bytes per logit, for s·b tokens × the vocabulary.
+
+    ``vocab_parallel`` (Megatron-LM's vocabulary-parallel cross-entropy, arXiv 1909.08053 §3)
+    keeps each TP rank's V/t columns and exchanges only per-token sums; without it the logits are
+    gathered whole on every rank. ``chunks`` > 1 is a chunked (fused linear) cross-entropy (e.g.
+    Liger Kernel, arXiv 2410.10989): only one chunk of s·b/chunks tokens is ever materialised. At
+    Llama 3's 128,256-entry vocabulary and 8K tokens that is 10.5 GB gathered, 1.3 GB vocabulary-
+    parallel over TP 8: memory the last pipeline stage holds on top of its layers (Llama 3 gives
+    that stage one layer fewer, arXiv 2407.21783 §3.3.2). The layout planner does not count it yet.
+    """
+    s, b = positive_int("seq_len", seq_len), positive_int("micro_batch", micro_batch)
+    v, t = positive_int("vocab_size", vocab_size), positive_int("tp", tp)
+    vp, k = flag("vocab_parallel", vocab_parallel), positive_int("chunks", chunks)
+    tokens = math.ceil(s * b / k)
+    return 10.0 * tokens * v / (t if vp else 1)

@@ -30,7 +30,8 @@ def _plan_data() -> dict:
     net = {f.name: f.default for f in dataclasses.fields(network.Network) if f.name.endswith("_latency")}
     plan_defaults = _defaults(planner.plan)
     return {
-        "hardware": {name: {"hbm_bytes": acc.hbm_bytes, "link_bandwidth": acc.link_bandwidth}
+        "hardware": {name: {"hbm_bytes": acc.hbm_bytes, "link_bandwidth": acc.link_bandwidth,
+                            "nic_bits_per_s": acc.nic_bits_per_s, "dtype": acc.training_dtype}
                      for name, acc in hardware.ACCELERATORS.items()},
         "plan_defaults": plan_defaults,
         "layout_defaults": _defaults(layout.layout),

@@ -97,3 +97,35 @@ def test_cli(capsys):
         main(["activation_bytes_per_layer", "--seq-len", "2048", "--micro-batch", "1", "--d-model",
               "12288", "--n-heads", "96", "--tp", "7"])
     assert re.search(r"error: arguments? (--[\w-]+, )*--tp\b", capsys.readouterr().err)
+
+
+def test_llama_block_counted_tensor_by_tensor_beside_korthikanti():
+    """RMSNorm + GQA + FlashAttention + SwiGLU, no dropout: 2sbh(6 + 2kv/a) + 6sbF + 4sba bytes.
+    For Llama 3 405B (h 16384, 128 heads, 8 KV heads, F 53248) that is 31.78·sbh, below
+    Korthikanti's 34·sbh (GELU, multi-head, two 1-byte dropout masks) by the dropout masks and GQA."""
+    from course_lib import memory
+    s, h = 8192, 16384
+    llama = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248)
+    want = 2 * s * h * (6 + 2 * 8 / 128) + 6 * s * 53248 + 4 * s * 128
+    assert llama == pytest.approx(want, rel=1e-12)
+    assert llama / (s * h) == pytest.approx(31.78, abs=0.01)
+    assert memory.activation_bytes_per_layer(s, 1, h, 128, recompute="selective") == 34 * s * h
+    # TP + SP shards everything, without SP the norms' 4sbh·2 bytes stay whole
+    sp = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248, tp=8, sequence_parallel=True)
+    assert sp == pytest.approx(llama / 8, rel=1e-12)
+    no_sp = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248, tp=8)
+    assert no_sp - sp == pytest.approx(8 * s * h * (1 - 1 / 8), rel=1e-12)
+    with pytest.raises(ValueError, match="kv_heads"):
+        memory.llama_activation_bytes_per_layer(s, 1, h, 128, 256, 53248)
+
+
+def test_logits_memory_with_and_without_vocab_parallel_or_chunked_cross_entropy():
+    """10 bytes per logit (BF16 logits, FP32 copy, FP32 gradient) for s·b tokens × V."""
+    from course_lib import memory
+    full = memory.logits_bytes(8192, 1, 128_256)
+    assert full == 10 * 8192 * 128_256                                   # 10.5 GB at Llama 3's vocabulary
+    assert memory.logits_bytes(8192, 1, 128_256, tp=8) == full / 8      # vocabulary-parallel CE
+    assert memory.logits_bytes(8192, 1, 128_256, tp=8, vocab_parallel=False) == full
+    assert memory.logits_bytes(8192, 1, 128_256, chunks=8) == full / 8  # chunked CE: one chunk alive
+    with pytest.raises(ValueError, match="chunks"):
+        memory.logits_bytes(8192, 1, 128_256, chunks=0)

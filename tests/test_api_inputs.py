@@ -26,7 +26,8 @@ from course_lib.__main__ import CALCULATORS, main
 OTHERS = [
     ("flops", "attention_flops_per_token"), ("scaling", "optimal_loss"), ("scaling", "compute_equivalent"),
     ("scaling", "size_for_tokens"), ("scaling", "inference_optimal"), ("scaling", "min_size_fraction"),
-    ("memory", "zero_memory_breakdown"), ("memory", "max_params_per_gpu"), ("comm", "collective_time"),
+    ("memory", "zero_memory_breakdown"), ("memory", "max_params_per_gpu"),
+    ("memory", "llama_activation_bytes_per_layer"), ("memory", "logits_bytes"), ("comm", "collective_time"),
     ("comm", "zero_bytes_per_step"), ("comm", "hsdp_bytes_per_step"), ("comm", "step_estimate"),
     ("comm", "crossover_gpus"), ("pipeline", "step_time"), ("pipeline", "peak_in_flight"),
     ("numerics", "stall_point"), ("numerics", "ulp"), ("numerics", "ulp_theory"),
@@ -65,7 +66,7 @@ VALID = dict(
     n_writers=1024, writer_bandwidth=2e9, storage_bandwidth=2e12, copy_bandwidth=25e9,
     micro_batch=1, n_heads=32, tp=8, sequence_parallel=True, kv_dim=1024, cp=4, gpus_per_node=8,
     nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
-    max_cp=16, max_zero=3,
+    max_cp=16, max_zero=3, ffn_dim=14336, vocab_size=128256, vocab_parallel=True, chunks=1,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
@@ -254,9 +255,9 @@ def test_random_numbers_give_a_finite_answer_or_a_value_error(fn, data):
     ("pipeline.min_microbatches(4, 1e-320)", "target_fraction", None),
     ("distill.distill_calculator(teacher_params=0)", "teacher_params", "n_params"),
     ("distill.distill_calculator(teacher_tokens=1e308, teacher_params=1e308)", "teacher_params", "n_params"),
-    ("distill.gpu_hours(1e9, 1e9, gpu='V100')", "gpu", None),
-    ("flops.training_days(1e9, 1e9, 8, 0.4, gpu='V100')", "gpu", None),
-    ("hardware.get_accelerator('V100')", "name", None),
+    ("distill.gpu_hours(1e9, 1e9, gpu='RTX9090')", "gpu", None),
+    ("flops.training_days(1e9, 1e9, 8, 0.4, gpu='RTX9090')", "gpu", None),
+    ("hardware.get_accelerator('RTX9090')", "name", None),
     ("flops.mfu(1e9, 1e3, recompute='no')", "recompute", None),
     ("flops.training_flops(1e308, 1e9)", "n_params", None),
     ("numerics.stall_point(1e-8, 'fp16')", "increment", None),
@@ -306,10 +307,10 @@ def _cli(argv, capsys) -> tuple[int, str, str]:
     (["training_days", "--n-params", "1", "--n-tokens", "1", "--n-gpus", "1e-320", "--mfu", "1e-320"],
      "--n-gpus"),
     (["training_days", "--n-params", "1e9", "--n-tokens", "1e9", "--n-gpus", "8", "--mfu", "0.4",
-      "--gpu", "V100"], "--gpu"),
+      "--gpu", "RTX9090"], "--gpu"),
     (["training_flops", "--n-params", "x", "--n-tokens", "1e9"], "--n-params"),
     (["dp_bytes_per_step", "--n-params", "1e308", "--n", "8"], "--n-params"),
-    (["get_accelerator", "--name", "V100"], "--name"),
+    (["get_accelerator", "--name", "RTX9090"], "--name"),
 ])
 def test_cli_bad_input_is_a_usage_error_naming_the_flag(argv, flag, capsys):
     code, out, err = _cli(argv, capsys)

@@ -31,7 +31,7 @@ def test_every_returned_layout_fits_and_respects_the_batch_floor():
     seqs = SMALL["global_batch_tokens"] / SMALL["seq_len"]
     for x in plans:
         assert x.tp * x.cp * x.pp * x.dp == SMALL["n_gpus"]
-        assert x.memory_bytes <= 0.9 * 80e9 and x.fits
+        assert x.memory_bytes <= 0.9 * 80 * 2 ** 30 and x.fits
         assert x.microbatches >= x.pp and x.dp * x.microbatches <= seqs     # m >= p per pipeline
         assert x.tp <= 8                                                    # TP stays in the node
         assert x.step_s == pytest.approx(x.compute_s + x.bubble_s + x.tp_s + x.cp_s + x.pp_s + x.dp_s)
@@ -93,7 +93,7 @@ def test_bad_input_and_no_fit():
     with pytest.raises(ValueError, match=r"\bkv_heads\b"):
         L.plan_layouts(**SMALL, kv_heads=5)
     with pytest.raises(ValueError, match=r"\bgpu\b"):
-        L.plan_layouts(**SMALL, gpu="V100")
+        L.plan_layouts(**SMALL, gpu="RTX9090")
     with pytest.raises(ValueError, match=r"\bglobal_batch_tokens\b"):
         L.plan_layouts(**(SMALL | dict(global_batch_tokens=100)))
     with pytest.raises(ValueError, match=r"no layout fits.*n_params"):
@@ -122,3 +122,45 @@ def test_widget_callback_and_static_text():
     assert render_layout(layout_calculator(**SMALL)) in box._repr_mimebundle_()["text/plain"]
     with pytest.raises(ValueError, match=r"\bn_gpus\b"):
         layout_calculator(n_gpus=0)
+
+
+def test_exercise_11_accepts_any_fitting_layout_within_the_models_resolution():
+    """Practitioners' TP 8 · DP 128 with ZeRO-3 is ~20 % off the planner's fastest: inside the
+    resolution (1.15/0.85 − 1 ≈ 35 %, from the ±15 % the planner holds on published runs), so it
+    earns full marks; full recomputation on the same shape (~60 % slower) earns half."""
+    from course_lib.checks import ch11_tensor_context as ch11
+    from course_lib.plan.runs import TOLERANCE
+    assert ch11.CLUSTER_SLACK == pytest.approx((1 + TOLERANCE) / (1 - TOLERANCE) - 1)
+    practice = dict(tp=8, cp=1, pp=1, dp=128, zero=3)
+    score, why = ch11._grade_layout(dict(practice, recompute="none"))
+    assert score == 1.0 and "resolution" in why, why
+    score, why = ch11._grade_layout(dict(practice, recompute="full"))
+    assert score == 0.5, why
+
+
+def test_2021_tools_have_neither_sequence_parallelism_nor_selective_recompute():
+    """Megatron-LM's 1T run (arXiv 2104.04473) recomputed activations in full and had no SP: with
+    those tools taken away the planner lands on the published TP 8 · PP 64 with full recompute."""
+    best = L.layout(**L.megatron_1t(), **L.MEGATRON_2021)
+    assert (best.tp, best.cp, best.pp, best.dp, best.recompute) == (8, 1, 64, 6, "full")
+    assert "recompute=selective" not in best.explanation
+
+
+@pytest.mark.parametrize("seq_len, degrees", [(8192, (8, 1, 16, 128)), (131072, (8, 16, 16, 8))])
+def test_llama3_405b_published_layouts_fit_as_meta_ran_them(seq_len, degrees):
+    """arXiv 2407.21783 §3.3.2 and Table 4: FSDP sharding optimizer states and gradients (ZeRO-2),
+    one layer fewer on the first and last stages, one layer per interleaved chunk (v = 8), no
+    activation checkpointing. Laid out so, both published layouts fit in 90 % of 80 GiB, and the
+    MFU counted as Meta counts it (attention included) is within ±15 % of Table 4's."""
+    from course_lib.layout_explain import LLAMA3_TABLE4_MFU, mfu_counting_attention
+    shape = {k: v for k, v in L.llama3_405b(seq_len).items() if k != "n_gpus"}
+    x = L.estimate(*degrees, v=8, zero=2, trim_first_last=True, **shape)
+    assert x.fits and x.recompute == "none"
+    meta = mfu_counting_attention(x.mfu, 405e9, 126, 16384, seq_len)
+    assert meta == pytest.approx(LLAMA3_TABLE4_MFU[seq_len], rel=0.15)
+    # the first stage holds 7 layers, not 8: exactly 7/8 of the untrimmed activations
+    naive = L.estimate(*degrees, v=2, zero=2, **shape)
+    trimmed_v2 = L.estimate(*degrees, v=2, zero=2, trim_first_last=True, **shape)
+    assert trimmed_v2.activation_bytes == pytest.approx(naive.activation_bytes * 7 / 8)
+    with pytest.raises(ValueError, match="v <= 8"):
+        L.estimate(*degrees, v=16, zero=2, trim_first_last=True, **shape)

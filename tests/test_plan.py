@@ -25,7 +25,7 @@ def test_plan_is_internally_consistent(p70):
     assert p70.days == pytest.approx(flops.training_days(70e9, 15e12, 2048, p70.mfu, "H100"), rel=1e-12)
     assert p70.tp * p70.cp * p70.pp * p70.dp == p70.n_gpus
     assert p70.fits and p70.memory_bytes == pytest.approx(p70.states_bytes + p70.activation_bytes)
-    assert p70.usable_bytes == pytest.approx(0.9 * 80e9)
+    assert p70.usable_bytes == pytest.approx(0.9 * 80 * 2 ** 30)    # 80 GiB, the datasheet's "80 GB"
     # mfu=None: the layout planner's own estimate, so the step is its step
     assert p70.mfu_source == "layout estimate" and p70.mfu == p70.mfu_estimate
     assert p70.step_s == pytest.approx(p70.layout_step_s, rel=1e-9)
@@ -80,7 +80,7 @@ def test_model_shape_matches_published_aspect():
     (dict(n_params=7e9), "compute"),
     (dict(n_params=7e9, n_tokens=1e12, n_gpus=0), "n_gpus"),
     (dict(n_params=-1.0, n_tokens=1e12), "n_params"),
-    (dict(n_params=7e9, n_tokens=1e12, gpu="V100"), "gpu"),
+    (dict(n_params=7e9, n_tokens=1e12, gpu="RTX9090"), "gpu"),
     (dict(n_params=7e9, n_tokens=1e12, mfu=45), "mfu"),
     (dict(n_params=7e9, n_tokens=1e12, dtype="int8"), "dtype"),
     (dict(n_params=7e9, n_tokens=1e12, seq_len=0), "seq_len"),
@@ -95,7 +95,7 @@ def test_bad_input_names_the_argument(kwargs, name):
 def test_a_plan_that_does_not_fit_says_how_many_gpus_it_needs():
     with pytest.raises(ValueError, match=r"^n_gpus=8: the plan does not fit") as err:
         plan(n_params=70e9, n_tokens=1e12, n_gpus=8)
-    assert f"at least {math.ceil(16 * 70e9 / (0.9 * 80e9))} GPUs" in str(err.value)
+    assert f"at least {math.ceil(16 * 70e9 / (0.9 * 80 * 2 ** 30))} GPUs" in str(err.value)
 
 
 def test_a_batch_below_the_floor_says_what_batch_would_do():
@@ -128,7 +128,7 @@ BOUNDS = {
     "Llama 3 8B": (0.25, 0.45),      # card hours imply ~14 % MFU; 405B's MFU borrowed
     "Llama 3 70B": (0.5, 0.75),      # implied ~25 % MFU
     "Llama 3 405B": (0.8, 1.0),      # long-context stage and interruptions inside the card total
-    "DeepSeek-V3": (0.7, 0.95),      # 37B active parameters; context extension + post-training inside
+    "DeepSeek-V3": (0.7, 0.95),      # 37B active parameters on H800s; context extension + post-training inside
     "PaLM 540B": (0.55, 0.8),        # downtime and repeated steps inside the chip-hours (at 45.7 %, 6N)
     "MegaScale 175B": (0.85, 1.15),  # at its published MFU
     "BLOOM-176B": (0.55, 0.8),       # 156 TFLOP/s counts the recomputed forward (8N, checkpointing on)
@@ -211,3 +211,29 @@ def test_check_published_sets_the_planners_own_layout_beside_the_published_one(p
     opt = next(r for r in RUNS if r.name == "OPT-175B")
     own = plan(n_params=opt.n_params, n_tokens=opt.n_tokens, gpu=opt.gpu, n_gpus=opt.n_gpus, **opt.shape)
     assert published["OPT-175B"]["own_layout"] == f"{own.layout_shape}, ZeRO-{own.zero_stage}"
+
+
+def test_the_table_says_which_rows_test_the_model_and_counts_only_those(published):
+    """A row tests the step model when the planner predicts its published total from its OWN MFU;
+    given the run's MFU, MegaScale's days, Megatron's 6/8 and the 6ND rows are identities."""
+    from course_lib.plan.runs import summary
+    rows = list(published.values())
+    s = summary(rows)
+    assert set(s["identities"]) == {"MegaScale 175B", "Megatron-LM 1T", "GPT-3 175B", "Chinchilla 70B"}
+    tests = [r for r in rows if r["test"]]
+    assert s["tests"] == len(tests) == 8 and "GPT-3 175B" not in {r["name"] for r in tests}
+    for r in tests:     # the own-MFU figure scales the given-MFU one by MFU_given / MFU_own
+        assert r["own_planned"] == pytest.approx(r["planned"] * r["mfu"] / r["own_mfu"], rel=1e-12)
+        assert r["own_within"] == (abs(r["own_ratio"] - 1) <= TOLERANCE)
+    assert s["within"] == sum(r["own_within"] for r in tests)
+
+
+def test_held_out_runs_are_reported_apart_with_the_planners_own_mfu():
+    """LLaMA and Llama 2 (arXiv 2302.13971, 2307.09288): no MFU given, so every row is a test of
+    the step model; reported against the ±20 % held-out bar."""
+    from course_lib.plan.runs import HELD_OUT, HELD_OUT_TOLERANCE, summary
+    rows = check_published(HELD_OUT, HELD_OUT_TOLERANCE)
+    assert all(r["test"] and r["ratio"] is None and r["own_ratio"] > 0 for r in rows)
+    assert not {r.name for r in HELD_OUT} & {r.name for r in RUNS}
+    s = summary(rows)
+    assert s["tests"] == len(HELD_OUT) and s["within"] >= len(HELD_OUT) // 2 + 1   # most, as measured today

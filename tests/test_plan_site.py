@@ -55,7 +55,10 @@ def test_site_data_is_the_planners() -> None:
     assert DATA["writer_bandwidth"] == planner._WRITER_BW and DATA["storage_bandwidth"] == planner._STORAGE_BW
     assert DATA["restart_seconds"] == planner._RESTART_S and DATA["head_dim"] == planner._HEAD_DIM
     assert DATA["checkpoint_bytes_per_param"] == planner._CKPT_BYTES_PER_PARAM
-    assert DATA["hardware"]["H200"] == {"hbm_bytes": 141e9, "link_bandwidth": 450e9}
+    assert DATA["hardware"]["H200"] == {"hbm_bytes": 141e9, "link_bandwidth": 450e9, "nic_bits_per_s": 400e9,
+                                        "dtype": "bf16"}
+    # the NIC follows the generation (HDR for A100), V100 trains in FP16
+    assert DATA["hardware"]["A100"]["nic_bits_per_s"] == 200e9 and DATA["hardware"]["V100"]["dtype"] == "fp16"
     assert set(DATA["hardware"]) == set(hardware.ACCELERATORS)
     assert DATA["pow2"] == list(layout._POW2)
     defaults = inspect.signature(planner.plan).parameters

@@ -196,7 +196,7 @@
   function layout(n, nl, h, a, s, batch, nGpus, gpu, g, u) {
     var args = [["n_params", F(n)], ["n_layers", I(nl)], ["d_model", I(h)], ["n_heads", I(a)], ["seq_len", I(s)],
                 ["global_batch_tokens", F(batch)], ["n_gpus", I(nGpus)], ["gpu", gpu], ["gpus_per_node", I(g)],
-                ["nics_per_node", I(g)], ["nic_bits_per_s", PLAN.nic_bits_per_s], ["kv_heads", undefined],
+                ["nics_per_node", I(g)], ["nic_bits_per_s", F(P.hardware[gpu].nic_bits_per_s)], ["kv_heads", undefined],
                 ["compute_mfu", LAYOUT.compute_mfu], ["usable_fraction", F(u)], ["flash_attention", undefined],
                 ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero]];
     return checked(args, function () {
@@ -207,9 +207,10 @@
       if (batch < s) fail("global_batch_tokens (" + L.pyFloatRepr(batch) + ") is less than one sequence (seq_len=" + s + ")");
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));
       var job = {psi: n, L: nl, h: h, a: a, s: s, tokens: batch, n: nGpus, kv: h, b: 1, flash: P.flash_attention,
-                 peak: D.accelerators[gpu].bf16, rate: D.accelerators[gpu].bf16 * LAYOUT.compute_mfu.num,
+                 peak: D.accelerators[gpu][P.hardware[gpu].dtype],
+                 rate: D.accelerators[gpu][P.hardware[gpu].dtype] * LAYOUT.compute_mfu.num,
                  link: P.hardware[gpu].link_bandwidth, g: g,
-                 ringBw: g * (PLAN.nic_bits_per_s.num / 8), usable: P.hardware[gpu].hbm_bytes * u,
+                 ringBw: g * (P.hardware[gpu].nic_bits_per_s / 8), usable: P.hardware[gpu].hbm_bytes * u,
                  maxCp: LAYOUT.max_cp.num, maxZero: LAYOUT.max_zero.num};
       var all = candidates(job, job.flash ? ["none", "full"] : ["none", "selective", "full"]);
       all.sort(function (x, y) { return x.step < y.step ? -1 : x.step > y.step ? 1 : 0; });    // stable, like sorted()
@@ -301,7 +302,8 @@
                 ["n_gpus", v.n_gpus], ["gpus_per_node", v.gpus_per_node], ["seq_len", v.seq_len],
                 ["global_batch_tokens", v.global_batch_tokens], ["price_per_gpu_hour", v.price_per_gpu_hour],
                 ["mfu", auto ? undefined : v.mfu]];
-    ["nic_bits_per_s", "gpu_mtbf_seconds", "vocab_size", "usable_fraction"].forEach(function (k) { args.push([k, PLAN[k]]); });
+    args.push(["nic_bits_per_s", undefined]);    // None: the accelerator's generation
+    ["gpu_mtbf_seconds", "vocab_size", "usable_fraction"].forEach(function (k) { args.push([k, PLAN[k]]); });
     return checked(args, function () {
       var n = L.positive("n_params", v.n_params), d = L.positive("n_tokens", v.n_tokens);
       [["n_params", n], ["n_tokens", d]].forEach(function (x) {
@@ -325,8 +327,8 @@
         fail(impossible(e.message, n, nGpus, g, P.hardware[gpu].hbm_bytes, u, batch, s));
       }
       var used = auto ? best.mfu : L.utilisation("mfu", v.mfu);
-      var days = L.trainingDays(F(n), F(d), I(nGpus), F(used), gpu, "bf16");
-      var stepS = 6.0 * n * batch / (nGpus * D.accelerators[gpu].bf16 * used);
+      var dt = P.hardware[gpu].dtype, days = L.trainingDays(F(n), F(d), I(nGpus), F(used), gpu, dt);
+      var stepS = 6.0 * n * batch / (nGpus * D.accelerators[gpu][dt] * used);
       var gpuHours = days * 24.0 * nGpus, f = faults(n, nGpus, stepS);
       var tokensPerS = batch / stepS, bpt = P.bytes_per_token;
       var out = {layout_shape: shape(best), zero_stage: best.zero, recompute: best.recompute,

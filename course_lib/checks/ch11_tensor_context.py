@@ -11,6 +11,7 @@ import torch
 from course_lib import comm, memory
 from course_lib.grading import Mistake, Question
 from course_lib.layout import _evaluate, _job, plan_layouts
+from course_lib.plan.runs import TOLERANCE
 from course_lib.network import DGX_H100_NDR
 
 # Q1: one layer of a 13B-class model, bytes per GPU under each scheme
@@ -31,7 +32,11 @@ STEP_LAYERS, STEP_PP, STEP_M = 32, 2, 16
 # Q5: the cluster to lay out
 CLUSTER = dict(n_params=70e9, n_layers=80, d_model=8192, n_heads=64, kv_heads=8, seq_len=8192,
                global_batch_tokens=4 * 2 ** 20, n_gpus=1024)
-CLUSTER_SLACK = 0.10          # full marks within 10 % of the planner's fastest step
+# Full marks for any layout that fits and is within the planner's resolution of its fastest step.
+# The planner matches published runs to ±TOLERANCE (course_lib.plan.runs, 15 %), so two layouts
+# whose true steps are equal may be predicted as far apart as (1 + T)/(1 − T) − 1 ≈ 35 %: a layout
+# inside that band cannot be called slower (practitioners' TP 8 · DP 128 ZeRO-3 is one).
+CLUSTER_SLACK = (1 + TOLERANCE) / (1 - TOLERANCE) - 1
 
 
 def _schemes() -> list[float]:
@@ -129,8 +134,10 @@ def _grade_layout(answer) -> tuple[float, str]:
     best = plan_layouts(**CLUSTER)[0]
     slower = mine.step_s / best.step_s - 1
     if slower <= CLUSTER_SLACK:
-        return 1.0, f"Fits and is within {100 * slower:.0f}% of the planner's fastest ({best.shape()})."
-    return 0.5, (f"It fits, but its step is {100 * slower:.0f}% slower than the planner's fastest "
+        return 1.0, (f"Fits, and its step is {100 * slower:.0f}% from the planner's fastest ({best.shape()}): "
+                     f"within the model's resolution ({100 * CLUSTER_SLACK:.0f}%), as good as any.")
+    return 0.5, (f"It fits, but its step is {100 * slower:.0f}% slower than the planner's fastest, more than "
+                 f"the model's resolution ({100 * CLUSTER_SLACK:.0f}%) "
                  f"({best.shape()}, ZeRO-{best.zero}, recompute={best.recompute}); look at which "
                  f"term of layout._evaluate grows (bubble, exposed TP/DP traffic, recomputation).")
 
@@ -184,7 +191,8 @@ QUESTIONS = [
         prompt="Lay out a 70B model (80 layers, h = 8192, 64 heads, 8 KV heads) at s = 8192 with 4M-token "
                "batches on 1024 H100 (8 per node, eight 400 Gb/s NICs): a dict with tp, cp, pp, dp, "
                "zero, recompute (and v for interleaving). Graded by the course's planner: it must use "
-               "all GPUs, fit, respect the batch floor, and be within 10% of the fastest.",
+               f"all GPUs, fit, respect the batch floor, and be within the model's resolution of the fastest "
+               f"step ({100 * CLUSTER_SLACK:.0f}%: its predictions match published runs to ±{100 * TOLERANCE:.0f}%).",
         grader=_grade_layout,
         hint="Start from layout.layout(**CLUSTER) or plan_layouts and read the explanation; m ≥ PP.",
     ),

@@ -178,7 +178,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          global_batch_tokens: float = 16 * 2 ** 20, price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR,
          mfu: float | None = None, inference_tokens: float | None = None, fit: str = "besiroglu",
          n_layers: int | None = None, d_model: int | None = None, n_heads: int | None = None,
-         kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float = 400e9,
+         kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
          usable_fraction: float = 0.9) -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
@@ -186,7 +186,9 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
 
     Give ``compute`` (FLOP; with ``inference_tokens`` the inference-aware size) or ``n_params``
     and ``n_tokens``. ``mfu=None`` uses the layout planner's estimate; ``n_layers``/``d_model``/
-    ``n_heads`` default to ``model_shape(n_params)``; ``nics_per_node`` to one per GPU. The
+    ``n_heads`` default to ``model_shape(n_params)``; ``nics_per_node`` to one per GPU and
+    ``nic_bits_per_s`` to the NIC of the accelerator's generation (``Accelerator.nic_bits_per_s``:
+    HDR 200 Gb/s for A100 clusters, NDR 400 Gb/s for H100). The
     sizing fit defaults to Besiroglu et al.'s refit, the one that agrees with ~20 tokens per
     parameter (chapter 2; Hoffmann's rounded constants print ~100 at 1e24 FLOP).
     """
@@ -215,15 +217,16 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     try:
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
                       nics_per_node=g if nics_per_node is None else nics_per_node,
-                      nic_bits_per_s=nic_bits_per_s, kv_heads=kv_heads, usable_fraction=u)
+                      nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
+                      kv_heads=kv_heads, usable_fraction=u)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise
         raise _impossible(exc, n, n_gpus, g, acc.hbm_bytes, u, batch, s) from None
     # chapter 1: MFU → step, days, GPU-hours, cost
     used = best.mfu if mfu is None else utilisation("mfu", mfu)
-    days = flops.training_days(n, d, n_gpus, used, gpu=acc.name)
-    step_s = 6.0 * n * batch / (n_gpus * acc.peak("bf16") * used)
+    days = flops.training_days(n, d, n_gpus, used, gpu=acc.name, dtype=acc.training_dtype)
+    step_s = 6.0 * n * batch / (n_gpus * acc.peak(acc.training_dtype) * used)
     gpu_hours = days * 24.0 * n_gpus
     # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
     try:
