@@ -140,3 +140,24 @@ def test_ep_layer_rejects_bad_inputs():
         ExpertParallelMoE(torch.nn.Linear(2, 2), None)
     with pytest.raises(ValueError, match="no course_lib.moe.MoE"):
         expert_parallel(torch.nn.Linear(2, 2), None)
+
+
+@pytest.mark.serial
+def test_hot_expert_is_a_straggler_and_capacity_trades_drops_for_bytes():
+    """A router that sends every first choice to rank 0's expert doubles rank 0's rows (2 ranks:
+    busiest / mean = 2), and the step, which waits for the busiest rank, takes longer: verdict at
+    half the predicted slowdown (ratio > 1.5; measured ~1.9 here), so load on a shared machine
+    cannot flip it. With capacity, half the tokens hot: drops equal moe.dropped_tokens on the
+    wanted counts exactly, and the padded bytes grow linearly with the factor (the calculator's)."""
+    cases = ([dict(check="straggler", hot_share=h) for h in (0.0, 1.0)]
+             + [dict(check="straggler", hot_share=0.5, capacity_factor=cf, repeats=1) for cf in (0.5, 1.0, 2.0)])
+    res = launch(L.ep_cases_worker, 2, threads_per_rank=1, timeout=300, cases=cases)
+    balanced, hot = res[0][0], res[0][1]
+    assert balanced["rows"] == [2048, 2048] and hot["rows"] == [4096, 0]
+    assert hot["step_s"] / balanced["step_s"] > 1.5, (hot["step_s"], balanced["step_s"])
+    drops = []
+    for case, r in zip(cases[2:], res[0][2:]):
+        assert r["drop_fraction"] == r["drop_theory"]
+        assert r["sent_bytes"] == C.ep_bytes_per_layer(2048, 64, 1, 2, case["capacity_factor"], bytes_per_value=4)
+        drops.append(r["drop_fraction"])
+    assert drops == [0.5, 0.25, 0.0]       # expert 0 wants 1536 of a rank's 2048 pairs, C = 1024·CF

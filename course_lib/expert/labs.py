@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..model import GPTConfig
-from ..moe import MoE, mask_router
+from ..moe import MoE, dropped_tokens, mask_router, token_choice
 from ..moe.train import moe_gpt
 from ..parallel.counting import CountingComm
 from .ep import ep_groups, expert_parallel, reduce_gradients
@@ -37,18 +37,23 @@ def balanced_router(top_k: int):
     return mask_router(kept)
 
 
-def hot_router(top_k: int, hot_share: float):
-    """A skewed router: a ``hot_share`` of the tokens send their first choice to expert 0 (the
-    hot expert), the rest spread as :func:`balanced_router`. ``hot_share`` = 0 is balanced."""
-    def kept(logits: torch.Tensor) -> torch.Tensor:
+def hot_router(top_k: int, hot_share: float, capacity_factor: float | None = None):
+    """A skewed router: the first ``hot_share`` of each rank's tokens send their first choice to
+    expert 0 (the hot expert, rank 0's), the others spread as :func:`balanced_router`. The wanted
+    experts get +30 on the learned logits, then chapter 8's ``token_choice`` decides, with
+    ``capacity_factor`` (per sequence, the ``MoE`` layer's default group) if given, so overflow is
+    dropped exactly as in chapter 8."""
+    def route(logits: torch.Tensor):
         B, S, E = logits.shape
         n = torch.arange(B * S)[:, None] * top_k + torch.arange(top_k)[None, :]
         e = n % E
         hot = torch.arange(B * S) < round(hot_share * B * S)
+        if E > 1:
+            e[hot, 1:] = (e[hot, 1:] % (E - 1)) + 1       # the other choices avoid expert 0
         e[hot, 0] = 0
-        e[hot, 1:] = (e[hot, 1:] % (E - 1)) + 1 if E > 1 else 0
-        return torch.zeros(B * S, E, dtype=torch.bool).scatter_(1, e, True).reshape(B, S, E)
-    return mask_router(kept)
+        bias = torch.zeros(B * S, E).scatter_(1, e, 30.0).reshape(B, S, E)
+        return token_choice(logits + bias, top_k, capacity_factor, group="sequence")
+    return route
 
 
 def _batches(cfg: GPTConfig, steps: int, batch: int, seed: int = 1) -> torch.Tensor:
@@ -157,29 +162,47 @@ def ep_bytes_worker(ctx, *, n_experts: int = 4, top_k: int = 1, capacity_factor:
             "tokens": batch * cfg.seq_len}
 
 
-def straggler_worker(ctx, *, hot_share: float, n_experts: int | None = None, top_k: int = 1,
-                     tokens: int = 4096, d_model: int = 64, d_ff: int = 512, repeats: int = 5) -> dict:
-    """One expert-parallel MoE layer's forward and backward, timed on every rank, with a router
-    that sends ``hot_share`` of each rank's first choices to expert 0 (rank 0's). Returns this
-    rank's median step seconds, its compute seconds (expert MLPs only) and how many rows it
-    processed: the busiest rank sets the step time of all (the all-to-all waits for it)."""
-    e = n_experts or ctx.world_size
-    layer = MoE(d_model, d_ff, e, top_k=top_k, router=hot_router(top_k, hot_share))
-    ep_layer = expert_parallel(torch.nn.Sequential(layer), CountingComm(ctx.group, algorithm="native"))[0]
+def straggler_worker(ctx, *, hot_share: float, capacity_factor: float | None = None, top_k: int = 1,
+                     tokens: int = 2048, d_model: int = 64, d_ff: int = 2048, repeats: int = 3) -> dict:
+    """One expert-parallel MoE layer (one expert per rank), forward and backward, timed on every
+    rank, with :func:`hot_router` sending ``hot_share`` of every rank's first choices to expert 0.
+
+    Each repeat starts and ends with a barrier, so the step time is the busiest rank's: the
+    all-to-all cannot finish before the rank with the most rows has computed them. Returns the
+    median step seconds, every expert's rows (kept pairs over all ranks), the dropped share of the
+    pairs (measured, and from ``moe.dropped_tokens`` on the wanted counts), and the counted bytes
+    this rank sent per step."""
+    e = ctx.world_size
+    layer = MoE(d_model, d_ff, e, top_k=top_k, router=hot_router(top_k, hot_share, capacity_factor))
+    comm = CountingComm(ctx.group)
+    ep_layer = expert_parallel(torch.nn.Sequential(layer), comm)[0]
     x = torch.randn(1, tokens, d_model, generator=torch.Generator().manual_seed(ctx.rank), requires_grad=True)
-    times, rows = [], 0
+    times = []
     for _ in range(repeats + 1):
+        comm.reset()
         dist.barrier(group=ctx.group)
         t0 = time.perf_counter()
         ep_layer(x).sum().backward()
         dist.barrier(group=ctx.group)
         times.append(time.perf_counter() - t0)
-    kept = ep_layer.routing.kept.reshape(-1, e).sum(0)
-    rows_all = torch.zeros(ctx.world_size, e, dtype=kept.dtype)
-    dist.all_gather_into_tensor(rows_all, kept[None].contiguous(), group=ctx.group)
-    rows = int(rows_all.sum(0).view(ctx.world_size, -1)[ctx.rank].sum())
+    r = ep_layer.routing
+    counts = torch.stack([r.kept.reshape(-1, e).sum(0), r.assigned.reshape(-1, e).sum(0)])
+    dist.all_reduce(counts, group=ctx.group)        # over ranks: a check, not the layer's traffic
+    kept, wanted = counts.tolist()
+    cap = r.capacity
+    theory = sum(dropped_tokens(cnt, cap) for cnt in _per_rank_wanted(r, e, ctx.group)) if cap else 0
     times = sorted(times[1:])
-    return {"step_s": times[len(times) // 2], "rows": rows}
+    return {"step_s": times[len(times) // 2], "rows": kept, "wanted": wanted,
+            "drop_fraction": 1 - sum(kept) / sum(wanted), "drop_theory": theory / sum(wanted),
+            "sent_bytes": comm.stats["all_to_all"].sent_bytes, "capacity": cap}
+
+
+def _per_rank_wanted(r, e: int, group) -> list[list[int]]:
+    """Every rank's wanted counts per expert (capacity applies per rank's routing group)."""
+    mine = r.assigned.reshape(-1, e).sum(0)
+    every = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(every, mine, group=group)
+    return [t.tolist() for t in every]
 
 
 def ep_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:

@@ -27,6 +27,7 @@ call with nothing queued runs directly in the caller's thread.
 """
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict
@@ -284,7 +285,7 @@ class CountingComm:
         ins = self._splits("input", input, input_split_sizes)
         outs = self._splits("output", output, output_split_sizes)
         payload = input.numel() * input.element_size()
-        row = input.element_size() * (input[0].numel() if input.dim() > 1 else 1)
+        row = input.element_size() * (math.prod(input.shape[1:]) if input.dim() > 1 else 1)   # an empty input too
 
         def run() -> int | None:
             if self.algorithm == "native":
