@@ -161,3 +161,16 @@ def test_hot_expert_is_a_straggler_and_capacity_trades_drops_for_bytes():
         assert r["sent_bytes"] == C.ep_bytes_per_layer(2048, 64, 1, 2, case["capacity_factor"], bytes_per_value=4)
         drops.append(r["drop_fraction"])
     assert drops == [0.5, 0.25, 0.0]       # expert 0 wants 1536 of a rank's 2048 pairs, C = 1024·CF
+
+
+def test_dispatch_grader_names_the_mistakes():
+    import numpy as np
+    from course_lib.checks.ch14_expert_parallel import _grade_dispatch, reference_dispatch
+    draw = np.random.default_rng(0)
+    assert _grade_dispatch(reference_dispatch, draw)[0] == 1.0
+    per_expert = lambda ids, e, ep: (ids.argsort(stable=True), torch.bincount(ids, minlength=e).tolist())  # noqa: E731
+    score, msg = _grade_dispatch(per_expert, draw)
+    assert score < 1 and "per rank, not per expert" in msg
+    by_rank = lambda ids, e, ep: ((ids // (e // ep)).argsort(stable=True), reference_dispatch(ids, e, ep)[1])  # noqa: E731
+    score, msg = _grade_dispatch(by_rank, draw)
+    assert score < 1 and "not by expert within it" in msg
