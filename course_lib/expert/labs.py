@@ -22,7 +22,7 @@ from ..parallel.counting import CountingComm
 from .ep import ep_groups, expert_parallel, reduce_gradients
 
 __all__ = ["TINY", "balanced_router", "hot_router", "ep_equivalence_worker", "ep_bytes_worker",
-           "straggler_worker", "ep_cases_worker"]
+           "straggler_worker", "ep_cases_worker", "lab_demo", "equivalence_bounds"]
 
 TINY = GPTConfig(vocab_size=64, seq_len=16, n_layers=2, n_heads=2, d_model=32)
 
@@ -163,13 +163,15 @@ def ep_bytes_worker(ctx, *, n_experts: int = 4, top_k: int = 1, capacity_factor:
 
 
 def straggler_worker(ctx, *, hot_share: float, capacity_factor: float | None = None, top_k: int = 1,
-                     tokens: int = 2048, d_model: int = 64, d_ff: int = 2048, repeats: int = 3) -> dict:
+                     tokens: int = 2048, d_model: int = 64, d_ff: int = 2048, repeats: int = 5) -> dict:
     """One expert-parallel MoE layer (one expert per rank), forward and backward, timed on every
     rank, with :func:`hot_router` sending ``hot_share`` of every rank's first choices to expert 0.
 
     Each repeat starts and ends with a barrier, so the step time is the busiest rank's: the
     all-to-all cannot finish before the rank with the most rows has computed them. Returns the
-    median step seconds, every expert's rows (kept pairs over all ranks), the dropped share of the
+    median step seconds (wall clock: on a shared machine other jobs add to it), every rank's least
+    CPU seconds for the step over the repeats (what its own work cost: the busiest rank's is the robust measure of
+    the straggler on a loaded machine), every expert's rows (kept pairs over all ranks), the dropped share of the
     pairs (measured, and from ``moe.dropped_tokens`` on the wanted counts), and the counted bytes
     this rank sent per step."""
     e = ctx.world_size
@@ -177,22 +179,27 @@ def straggler_worker(ctx, *, hot_share: float, capacity_factor: float | None = N
     comm = CountingComm(ctx.group)
     ep_layer = expert_parallel(torch.nn.Sequential(layer), comm)[0]
     x = torch.randn(1, tokens, d_model, generator=torch.Generator().manual_seed(ctx.rank), requires_grad=True)
-    times = []
+    times, cpu = [], []
     for _ in range(repeats + 1):
         comm.reset()
         dist.barrier(group=ctx.group)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         ep_layer(x).sum().backward()
+        c1 = time.process_time()
         dist.barrier(group=ctx.group)
         times.append(time.perf_counter() - t0)
+        cpu.append(c1 - c0)
     r = ep_layer.routing
     counts = torch.stack([r.kept.reshape(-1, e).sum(0), r.assigned.reshape(-1, e).sum(0)])
     dist.all_reduce(counts, group=ctx.group)        # over ranks: a check, not the layer's traffic
     kept, wanted = counts.tolist()
     cap = r.capacity
     theory = sum(dropped_tokens(cnt, cap) for cnt in _per_rank_wanted(r, e, ctx.group)) if cap else 0
-    times = sorted(times[1:])
-    return {"step_s": times[len(times) // 2], "rows": kept, "wanted": wanted,
+    times, cpu = sorted(times[1:]), sorted(cpu[1:])
+    busy = torch.tensor([cpu[0]], dtype=torch.float64)       # the least disturbed repeat
+    every = [torch.empty_like(busy) for _ in range(ctx.world_size)]
+    dist.all_gather(every, busy, group=ctx.group)
+    return {"step_s": times[len(times) // 2], "cpu_s": [float(t) for t in every], "rows": kept, "wanted": wanted,
             "drop_fraction": 1 - sum(kept) / sum(wanted), "drop_theory": theory / sum(wanted),
             "sent_bytes": comm.stats["all_to_all"].sent_bytes, "capacity": cap}
 
@@ -212,3 +219,45 @@ def ep_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
     run = {"train": ep_equivalence_worker, "bytes": ep_bytes_worker, "straggler": straggler_worker,
            "ulysses": ulysses_worker}
     return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
+
+
+def equivalence_bounds(r: dict) -> dict:
+    """The fp32 bounds a training result must meet (derived in tests/test_expert_parallel.py):
+    n·eps·|loss| for the loss, n·eps·max|grad| for a gradient, lr·(1 + 1.9 + 2.71) gradient bounds
+    plus 3 roundings of the largest parameter after 3 SGD steps (lr 0.1, momentum 0.9)."""
+    eps, n = torch.finfo(torch.float32).eps, r["tokens"]
+    grad = n * eps * r["grad_scale"]
+    return {"loss": n * eps * 4.5, "grad": grad, "param": 0.1 * 5.61 * grad + 3 * eps * r["param_scale"]}
+
+
+def lab_demo(world_size: int = 2) -> dict:
+    """Everything the chapter's lab shows, in one launch of ``world_size`` ranks: EP training
+    against one process (dropless and capacity, top-1 and top-2), one layer's counted bytes, the
+    hot-expert straggler and a capacity sweep, and Ulysses beside ring attention."""
+    from ..dist import launch
+    train = [dict(n_experts=4, top_k=1, capacity_factor=None), dict(n_experts=4, top_k=2, capacity_factor=1.0)]
+    bytes_ = [dict(n_experts=4, top_k=2, capacity_factor=None), dict(n_experts=4, top_k=2, capacity_factor=1.0)]
+    cfs = (0.5, 0.75, 1.0, 1.5, 2.0)
+    cases = ([dict(check="train", **c) for c in train] + [dict(check="bytes", **c) for c in bytes_]
+             + [dict(check="straggler", hot_share=h) for h in (0.0, 1.0)]
+             + [dict(check="straggler", hot_share=0.5, capacity_factor=cf, repeats=1) for cf in cfs]
+             + [dict(check="ulysses", heads=4, seq_len=32)])
+    res = launch(ep_cases_worker, world_size, threads_per_rank=1, timeout=300, cases=cases)
+    per_case = [list(r) for r in zip(*res)]
+    out = {"world_size": world_size, "train": [], "bytes": [], "capacity": [], "cases": cases}
+    for c, rs in zip(cases, per_case):
+        if c["check"] == "train":
+            ok = all(r[k + "_gap"] <= equivalence_bounds(r)[k] for r in rs for k in ("loss", "grad", "param"))
+            out["train"].append({**c, "exact": ok, "moved": rs[0]["moved"], "dropped": rs[0]["dropped"],
+                                 "gaps": {k: max(r[k + "_gap"] for r in rs) for k in ("loss", "grad", "param")}})
+        elif c["check"] == "bytes":
+            out["bytes"].append({**c, "forward": rs[0]["forward"]["all_to_all"]["sent_bytes"],
+                                 "backward": rs[0]["backward"]["all_to_all"]["sent_bytes"],
+                                 "tokens": rs[0]["tokens"]})
+        elif c["check"] == "straggler" and "capacity_factor" not in c:
+            out["hot" if c["hot_share"] else "balanced"] = rs[0]
+        elif c["check"] == "straggler":
+            out["capacity"].append({**rs[0], "capacity_factor": c["capacity_factor"]})
+        else:
+            out["ulysses"] = rs[0]
+    return out
