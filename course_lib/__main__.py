@@ -32,6 +32,7 @@ CALCULATORS = [
     ("faults", "cluster_mtbf"), ("faults", "optimal_checkpoint_interval"), ("faults", "goodput"),
     ("memory", "activation_bytes_per_layer"), ("comm", "tp_bytes_per_layer"),
     ("comm", "cp_bytes_per_layer"), ("layout", "layout"), ("plan", "plan"),
+    ("comm", "ep_bytes_per_layer"), ("comm", "ep_node_bytes"),
 ]
 
 

@@ -27,7 +27,7 @@ from .network import DGX_H100_NDR, Network
 __all__ = ["KINDS", "IB_NDR_BANDWIDTH", "collective_bytes", "collective_time", "dp_bytes_per_step",
            "zero_bytes_per_step", "fsdp_bytes_per_step", "hsdp_bytes_per_step", "max_dp_degree",
            "StepEstimate", "step_estimate", "crossover_gpus", "Network", "DGX_H100_NDR",
-           "tp_bytes_per_layer", "cp_bytes_per_layer"]
+           "tp_bytes_per_layer", "cp_bytes_per_layer", "ep_bytes_per_layer", "ep_node_bytes"]
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 # Bytes/s per GPU per direction of a ring across 8-GPU H100 servers with eight 400 Gb/s NDR NICs:
@@ -166,6 +166,63 @@ def cp_bytes_per_layer(seq_len: int, micro_batch: int, kv_dim: int, cp: int,
     if s % p:
         raise ValueError(f"cp ({p}) must divide seq_len ({s}): each rank holds s/cp tokens")
     return 2 * _ring("all_gather", float(s) * b * d * v, p)
+
+
+@calculator
+def ep_bytes_per_layer(tokens: int, d_model: int, top_k: int, ep: int, capacity_factor: float | None = None,
+                       bytes_per_value: float = 2) -> float:
+    """Bytes each rank sends per MoE layer and microbatch under expert parallelism over ``ep``
+    ranks (GShard, arXiv 2006.16668): its ``tokens`` tokens make top_k·tokens (token, expert)
+    pairs of ``d_model`` values; with experts spread evenly and routing balanced, (ep−1)/ep of
+    them leave the rank in the dispatch all-to-all and come back in the combine, and the backward
+    repeats both exchanges with the gradients: 4·k·T·(ep−1)/ep·d·bytes_per_value.
+
+    With ``capacity_factor`` the buffers are padded to the capacity, C = k·T·CF/E slots per expert
+    (``course_lib.moe.expert_capacity``, exact when that is a whole number): 4·k·T·CF·(ep−1)/ep·d·b
+    whatever the routing, dropped and empty slots included. Without it (dropless) this is the
+    balanced expectation; a skewed router sends more from some ranks and less from others.
+    ``course_lib.expert`` counts every all-to-all on real ranks against this formula."""
+    t = positive_int("tokens", tokens)
+    d = positive_int("d_model", d_model)
+    k = positive_int("top_k", top_k)
+    e = positive_int("ep", ep)
+    cf = 1.0 if capacity_factor is None else positive("capacity_factor", capacity_factor)
+    b = positive("bytes_per_value", bytes_per_value)
+    return 4.0 * k * t * cf * (e - 1) / e * d * b
+
+
+@calculator
+def ep_node_bytes(tokens: int, d_model: int, top_k: int, ep: int, gpus_per_node: int,
+                  max_nodes: int | None = None, bytes_per_value: float = 2) -> tuple[float, float]:
+    """The dropless, balanced ``ep_bytes_per_layer`` split by wire: (bytes per rank inside a node,
+    over NVLink; bytes per rank across nodes, over InfiniBand), dispatch + combine, forward and
+    backward, with the ``ep`` ranks packed ``gpus_per_node`` to a node.
+
+    Unrestricted: each of a token's k copies lands on a uniformly random rank, (g−1)/ep of them on
+    another GPU of this node and (ep−g)/ep on another node. **Node-limited routing**
+    (DeepSeek-V3, arXiv 2412.19437 §2.1.2 and §3.2.2: each token goes to at most M = ``max_nodes``
+    nodes, sent once per node over IB and forwarded over NVLink to its experts there): M·(N−1)/N
+    copies cross IB per token (N = ep/g nodes; its own node is one of the M with chance M/N), and
+    each of the k copies takes an NVLink hop unless it already sits on its expert's GPU,
+    k·(g−1)/g. DeepSeek-V3 (k = 8, M = 4, 8 GPUs a node) halves the IB bytes of unrestricted
+    routing over 8 nodes: 3.5 copies a token instead of 7."""
+    t = positive_int("tokens", tokens)
+    d = positive_int("d_model", d_model)
+    k = positive_int("top_k", top_k)
+    e = positive_int("ep", ep)
+    g = positive_int("gpus_per_node", gpus_per_node)
+    b = positive("bytes_per_value", bytes_per_value)
+    if e % g:
+        raise ValueError(f"gpus_per_node ({gpus_per_node!r}) must divide ep ({ep!r}): whole nodes")
+    unit = 4.0 * t * d * b
+    if max_nodes is None:
+        return unit * k * (g - 1) / e, unit * k * (e - g) / e
+    n = e // g
+    m = positive_int("max_nodes", max_nodes)
+    if m > min(n, k):
+        raise ValueError(f"max_nodes ({max_nodes!r}) must be at most the number of nodes ep/gpus_per_node "
+                         f"= {n} and at most top_k = {k}")
+    return unit * k * (g - 1) / g, unit * m * (n - 1) / n
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ VALID = dict(
     micro_batch=1, n_heads=32, tp=8, sequence_parallel=True, kv_dim=1024, cp=4, gpus_per_node=8,
     nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
     max_cp=16, max_zero=3, ffn_dim=14336, vocab_size=128256, vocab_parallel=True, chunks=1,
+    tokens=4096, ep=64, max_nodes=2,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),

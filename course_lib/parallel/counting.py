@@ -1,7 +1,8 @@
 """Collectives that count their own bytes: the instrument behind every "measured" byte count.
 
 ``CountingComm(group)`` offers the three collectives data parallelism needs — ``all_reduce``,
-``reduce_scatter`` and ``all_gather`` on flat 1-D tensors — and records, per kind, how many calls
+``reduce_scatter`` and ``all_gather`` on flat 1-D tensors — plus the ``all_to_all_single`` of
+expert parallelism (chapter 14; rows split along dim 0, uneven splits allowed), and records, per kind, how many calls
 were made, how many bytes this rank *sent*, and how long the calls took. It is a small object passed
 explicitly to the code that communicates; nothing global is patched.
 
@@ -26,6 +27,7 @@ call with nothing queued runs directly in the caller's thread.
 """
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, asdict
@@ -39,7 +41,7 @@ from .._validate import choice
 __all__ = ["OpStats", "CountingComm", "as_comm", "os_bytes_written", "storage_bytes", "optimizer_state_bytes",
            "KINDS"]
 
-KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "all_to_all_splits")
 
 
 def os_bytes_written() -> int | None:
@@ -267,6 +269,58 @@ class CountingComm:
                 chunks[self.rank].copy_(input)
             return self._ring_all_gather(chunks) if self.world_size > 1 else 0
         return self._submit("all_gather", payload, run, async_op)
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor,
+                          output_split_sizes: list[int] | None = None,
+                          input_split_sizes: list[int] | None = None, *, kind: str = "all_to_all") -> None:
+        """Rows ``input[splits_in[j] block]`` go to rank j; ``output`` receives rank j's block in
+        slot j (as ``torch.distributed.all_to_all_single``; equal splits when sizes are None).
+
+        Ring mode sends each block with its own ``isend`` (rank j's block straight to rank j, the
+        pairwise exchange NCCL uses), so the count is exact: the bytes of every block but this
+        rank's own, which never leaves. ``kind`` books the call under another name (the expert
+        layer's small exchange of per-expert counts is ``"all_to_all_splits"``)."""
+        choice("kind", kind, ("all_to_all", "all_to_all_splits"))
+        n = self.world_size
+        ins = self._splits("input", input, input_split_sizes)
+        outs = self._splits("output", output, output_split_sizes)
+        payload = input.numel() * input.element_size()
+        row = input.element_size() * (math.prod(input.shape[1:]) if input.dim() > 1 else 1)   # an empty input too
+
+        def run() -> int | None:
+            if self.algorithm == "native":
+                dist.all_to_all_single(output, input, outs, ins, group=self.group)
+                return None
+            src, dst = list(input.split(ins)), list(output.split(outs))
+            dst[self.rank].copy_(src[self.rank])
+            works, sent = [], 0
+            for j in range(n):
+                if j == self.rank:
+                    continue
+                if ins[j]:
+                    works.append(dist.isend(src[j].contiguous(), self._ranks[j], group=self.group))
+                    sent += ins[j] * row
+                if outs[j]:
+                    works.append(dist.irecv(dst[j], self._ranks[j], group=self.group))
+            for w in works:
+                w.wait()
+            return sent
+        self._submit(kind, payload, run, False)
+
+    def _splits(self, name: str, t: torch.Tensor, sizes: list[int] | None) -> list[int]:
+        """Row counts per rank for an all-to-all buffer, checked against its shape."""
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+        rows = t.shape[0] if t.dim() else 1
+        if sizes is None:
+            if rows % self.world_size:
+                raise ValueError(f"{name} has {rows} rows, not divisible by world size {self.world_size}")
+            return [rows // self.world_size] * self.world_size
+        sizes = [int(s) for s in sizes]
+        if len(sizes) != self.world_size or any(s < 0 for s in sizes) or sum(sizes) != rows:
+            raise ValueError(f"{name}_split_sizes must be {self.world_size} non-negative row counts summing to "
+                             f"{rows}, got {sizes}")
+        return sizes
 
     def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
         """Copy ``tensor`` from group rank ``src`` to every rank (start-up weight sync)."""

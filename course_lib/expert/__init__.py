@@ -1,0 +1,14 @@
+"""Chapter 14: expert parallelism and the all-to-all.
+
+* ``ep`` — the expert-parallel MoE layer (:class:`ExpertParallelMoE`): chapter 8's routers, a
+  dispatch and a combine all-to-all in autograd, EP groups carved from DP, gradient reduction.
+* ``ulysses`` — DeepSpeed-Ulysses sequence parallelism: attention with an all-to-all over heads.
+* ``labs`` — the drivers the tests and the lab run on real ranks (equivalence against one process,
+  bytes against ``course_lib.comm.ep_bytes_per_layer``, the hot-expert straggler).
+
+The byte calculators live with the other communication calculators in ``course_lib.comm``
+(``ep_bytes_per_layer``, ``ep_node_bytes``).
+"""
+from .ep import AllToAll, ExpertParallelMoE, all_to_all, ep_groups, expert_parallel, reduce_gradients
+
+__all__ = ["AllToAll", "ExpertParallelMoE", "all_to_all", "ep_groups", "expert_parallel", "reduce_gradients"]
