@@ -45,3 +45,19 @@ def test_ignored_cells_are_tagged_somewhere() -> None:
     tagged = sum("nbval-ignore-output" in c.get("metadata", {}).get("tags", [])
                  for p in NOTEBOOKS for c in _code_cells(p))
     assert tagged >= 10
+
+
+TITLE = re.compile(r"^# (Lab|Exercises) (\d+) — [A-Z0-9]")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS])
+def test_one_title_style(path: Path) -> None:
+    """Issue #34: every lab is titled "# Lab N — Title" and every exercise set "# Exercises N — Title"
+    (the site's navigation lists them side by side; "Lab 4:" beside "Lab 5 —" read as two styles),
+    with N the chapter's number."""
+    first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+    title = _source(first).splitlines()[0]
+    m = TITLE.match(title)
+    assert m, f"{path.name}: title {title!r} is not '# Lab N — Title' / '# Exercises N — Title'"
+    assert m.group(1) == ("Lab" if path.parent.name == "notebooks" else "Exercises"), path.name
+    assert int(m.group(2)) == int(path.name[:2]), f"{path.name}: numbered {m.group(2)}"
