@@ -72,7 +72,7 @@ test-notebooks: $(VENV_OK)
 # needs --allow-root. LAB_ARGS passes more flags, e.g. LAB_ARGS="--no-browser --port 8899".
 LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(VENV_OK)
-	.venv/bin/jupyter lab --ServerApp.root_dir=$(CURDIR) $(LAB_ROOT_FLAG) $(LAB_ARGS)
+	.venv/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
 # make itself exits 2 whenever a recipe fails; the line below names the grader's own status
 # (1: a notebook below the pass mark, 2: usage error, 3: the grader failed). CI should call the grader directly.

@@ -34,7 +34,10 @@ def test_make_lab_serves_labs_exercises_and_solutions():
         names = {item["name"] for item in listing["content"]}
         assert {"notebooks", "exercises", "solutions"} <= names
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:  # make already exited: keep the assertion above as the report
+            pass
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
