@@ -1,6 +1,6 @@
 """Plumbing of :mod:`course_lib.grading.sandbox`, on the trusted side: a pipe drained on a thread
 with a cap (the sandbox's log, the executor's status), the number of processes in a PID
-namespace (the fork-storm watchdog) and the sandbox init's PID from bwrap's ``--info-fd``."""
+namespace (the fork-storm watchdog), the bytes in its folder (the disk watchdog) and the sandbox init's PID from bwrap's ``--info-fd``."""
 from __future__ import annotations
 
 import json
@@ -8,6 +8,7 @@ import os
 import select
 import threading
 import time
+from pathlib import Path
 
 STARTUP_LIMIT = 120.0  # seconds allowed for starting the sandbox, the executor and its kernel
 
@@ -67,3 +68,29 @@ def read_child_pid(fd: int) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def disk_use(root: Path, cap: int, max_files: int) -> str | None:
+    """Why ``root`` holds too much (more than ``cap`` real bytes, so a sparse file counts what it
+    occupies, or more than ``max_files`` entries), or None: the disk-filler watchdog's look."""
+    used, entries, stack = 0, 0, [str(root)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                if entries > max_files:
+                    return f"it wrote more than {max_files} files"
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    else:
+                        used += e.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+                if used > cap:
+                    return f"it wrote more than {cap >> 20} MiB to its folder"
+    return None

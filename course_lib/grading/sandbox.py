@@ -33,6 +33,7 @@ from course_lib.grading import remote, wire
 from course_lib.grading._pipes import STARTUP_LIMIT
 from course_lib.grading._pipes import Pipe as _Pipe
 from course_lib.grading._pipes import count_procs as _count_procs
+from course_lib.grading._pipes import disk_use as _disk_use
 from course_lib.grading._pipes import read_child_pid as _read_child_pid
 
 INSIDE = Path("/sandbox")
@@ -216,7 +217,7 @@ class Sandbox:
             tick += 1
             if _count_procs(ns) > MAX_PROCS:
                 self.ended = f"it started more than {MAX_PROCS} processes"
-            elif tick % 4 == 0 and (used := _disk_use(self.root)) is not None:
+            elif tick % 4 == 0 and (used := _disk_use(self.root, DISK_CAP, MAX_FILES)) is not None:
                 self.ended = used
             if self.ended:
                 self.kill()
@@ -260,31 +261,6 @@ class Sandbox:
             self.status.thread.join(5)
         if self.listener is not None:
             self.listener.close()
-
-
-def _disk_use(root: Path) -> str | None:
-    """Why ``root`` holds too much (real bytes, so a sparse file counts what it occupies), or None."""
-    used, entries, stack = 0, 0, [str(root)]
-    while stack:
-        try:
-            it = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with it:
-            for e in it:
-                entries += 1
-                if entries > MAX_FILES:
-                    return f"it wrote more than {MAX_FILES} files"
-                try:
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                    else:
-                        used += e.stat(follow_symlinks=False).st_blocks * 512
-                except OSError:
-                    continue
-                if used > DISK_CAP:
-                    return f"it wrote more than {DISK_CAP >> 20} MiB to its folder"
-    return None
 
 
 def preflight(root: Path) -> None:
