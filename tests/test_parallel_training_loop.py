@@ -39,7 +39,7 @@ def test_clipping_uses_the_global_norm_everywhere(runs, world):
     norm. The norm is ~30x max_norm: clipping acts at every step (an unclipped run is 0.1 off)."""
     ranks = runs[world]
     for name, r in ranks[0]["clip"].items():
-        if name == "torch_clip_on_zero":
+        if name.startswith("torch_clip_on_"):
             continue
         assert all(other["clip"][name]["norms"] == r["norms"] for other in ranks), name
         assert min(r["ref_norms"]) > 3 * L.MAX_NORM, name
@@ -54,6 +54,44 @@ def test_torch_clip_on_zero_parameters_raises_naming_the_method(runs, world):
     for rank in runs[world]:
         said = rank["clip"]["torch_clip_on_zero"]
         assert "zero_optimizer.clip_grad_norm_" in said and "held in ZeroOptimizer" in said, said
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_torch_clip_on_fsdp_shards_raises_and_fsdps_own_clip_still_matches_one_process(runs, world):
+    """On FSDP's shard gradients torch's clip (per-tensor and foreach) raises naming the method; the
+    same gradients then clip with fsdp.clip_grad_norm_ and step, in both zero_grad modes, and
+    land where one process lands (a wrong per-rank clip first would leave them ~1e-5 off)."""
+    for rank in runs[world]:
+        got = rank["clip"]["torch_clip_on_fsdp"]
+        assert len(got["said"]) == 4
+        for said in got["said"]:
+            assert "fsdp.clip_grad_norm_" in said and "shard" in said, said
+        assert got["diff"] < 5e-6, got["diff"]
+
+
+def test_shard_grad_is_a_plain_gradient_except_for_its_norm():
+    """Optimizers, zero_grad, arithmetic and deepcopy work on a ShardGrad; norms raise."""
+    import copy
+
+    from course_lib.parallel.grad_clip import ShardGrad, shard_grad
+    model, twin = nn.Linear(4, 3), nn.Linear(4, 3)
+    twin.load_state_dict(model.state_dict())
+    for m in (model, twin):
+        m(torch.ones(2, 4)).sum().backward()
+    for p in model.parameters():
+        p.grad = shard_grad(p.grad)
+    for m in (model, twin):
+        torch.optim.AdamW(m.parameters(), lr=0.1).step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+    g = model.weight.grad
+    assert type(g * 2) is torch.Tensor and isinstance(copy.deepcopy(g), ShardGrad)
+    assert float(torch.linalg.vector_norm(g.local())) == float(torch.linalg.vector_norm(twin.weight.grad))
+    for call in (lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0), lambda: g.norm(),
+                 lambda: torch.linalg.norm(g), lambda: torch.nn.utils.get_total_norm([g])):
+        with pytest.raises(RuntimeError, match="fsdp.clip_grad_norm_"):
+            call()
+    torch.optim.SGD(model.parameters(), lr=0.1).zero_grad(set_to_none=False)
+    assert isinstance(model.weight.grad, ShardGrad) and not model.weight.grad.local().any()
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -81,8 +81,9 @@ class FSDP(nn.Module):
       unit claims (the root's: say LayerNorm gains and biases, when ``units`` are the Linear and
       Embedding layers). They are broadcast from rank 0 here and used in their own dtype.
     * Gradient clipping: :meth:`clip_grad_norm_` (the norm over every shard on every rank).
-      ``torch.nn.utils.clip_grad_norm_(fsdp.parameters(), ...)`` would see this rank's shards only:
-      each rank would clip by its own, wrong norm. Optimizer state: :meth:`full_optim_state_dict`
+      ``torch.nn.utils.clip_grad_norm_(fsdp.parameters(), ...)`` would see this rank's shards only
+      (each rank would clip by its own, wrong norm), so on more than one rank it raises, naming
+      the method: the shards' gradients are :class:`~course_lib.parallel.grad_clip.ShardGrad`. Optimizer state: :meth:`full_optim_state_dict`
       and :meth:`load_full_optim_state_dict` (any world size, or a plain optimizer on one process).
     * Activation checkpointing (``torch.utils.checkpoint``, reentrant or not) works around a unit
       or inside one (see :mod:`course_lib.parallel.fsdp_units`).

@@ -30,6 +30,7 @@ from torch.utils._pytree import tree_leaves
 
 from .counting import CountingComm
 from .dp import queue_end_of_backward
+from .grad_clip import shard_grad
 from .fsdp_precision import MixedPrecision, _cast
 
 __all__ = ["MixedPrecision"]
@@ -50,10 +51,17 @@ class Shared:
     def finish_backward(self) -> None:
         """Runs once when a backward pass ends: free every full buffer still held (frozen groups,
         whose gather has no backward of its own to free it), and average the replicated
-        parameters' gradients over the ranks (unless inside ``no_sync``)."""
+        parameters' gradients over the ranks (unless inside ``no_sync``). On more than one rank the
+        shards' gradients become :class:`~course_lib.parallel.grad_clip.ShardGrad` (same memory),
+        whose norm raises: torch's clip would measure this rank's piece only."""
         self.queued = False
         for u in self.units:
             u.free_last()
+            if self.comm.world_size > 1:
+                for g in u.groups:
+                    for s in g.shards:
+                        if s.grad is not None and type(s.grad) is torch.Tensor:
+                            s.grad = shard_grad(s.grad)
         if self.sync:
             self.all_reduce_replicated()
 

@@ -13,6 +13,13 @@ what PyTorch's ``FullyShardedDataParallel.clip_grad_norm_`` does.
 buckets: a tensor of the right shape (and no memory) on which any computation raises an error that
 says where the gradient is. torch's ``clip_grad_norm_``, a gradient-norm logger or an optimizer
 stepping ``p`` directly then fail with that message instead of silently seeing no gradient.
+
+:class:`ShardGrad` is what FSDP leaves in a shard's ``.grad`` after backward on more than one rank:
+the real gradient of this rank's piece, on which every computation works (an optimizer steps it,
+``zero_grad`` clears it) except a *norm*: the norm of one rank's piece is not the parameter's, so
+``torch.nn.utils.clip_grad_norm_`` (or a gradient-norm logger) raises naming ``fsdp.clip_grad_norm_``
+instead of clipping each rank by a different, wrong factor. ``grad.local()`` is the plain tensor,
+for whoever does want the piece's own norm.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ import torch.distributed as dist
 
 from .counting import CountingComm
 
-__all__ = ["HeldGrad", "held_grad", "clip_grads_"]
+__all__ = ["HeldGrad", "held_grad", "ShardGrad", "shard_grad", "clip_grads_"]
 
 _METADATA = frozenset({"__get__", "size", "stride", "dim", "numel", "element_size", "is_contiguous",
                        "__len__"})
@@ -59,6 +66,52 @@ def held_grad(p: torch.Tensor) -> HeldGrad:
     return torch.Tensor._make_subclass(HeldGrad, one.expand(p.shape))
 
 
+_NORMS = frozenset({"norm", "linalg_norm", "linalg_vector_norm", "linalg_matrix_norm", "nuclear_norm",
+                    "_foreach_norm"})
+
+
+class ShardGrad(torch.Tensor):
+    """A shard's gradient under FSDP: a plain tensor for every operation but norms (see above).
+    Results of operations are plain tensors; in-place operations keep the object as it is."""
+
+    MESSAGE = ("this gradient is this rank's shard of a parameter FSDP splits over the ranks, so "
+               "its norm is not the parameter's (torch.nn.utils.clip_grad_norm_ would clip every "
+               "rank by a different, wrong factor): clip with fsdp.clip_grad_norm_(max_norm), the "
+               "norm over every shard on every rank; grad.local() is this shard's plain tensor")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in _NORMS:
+            raise RuntimeError(f"{func.__name__}: {cls.MESSAGE}")
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    def local(self) -> torch.Tensor:
+        """This shard's gradient as a plain tensor (the same memory)."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return self.as_subclass(torch.Tensor)
+
+    def __deepcopy__(self, memo) -> ShardGrad:
+        return shard_grad(self.local().clone())
+
+    def __reduce_ex__(self, proto):
+        return (shard_grad, (self.local().clone(),))
+
+    def __repr__(self, **_) -> str:
+        return f"ShardGrad({self.local()!r})"
+
+
+def shard_grad(g: torch.Tensor) -> ShardGrad:
+    """``g`` (the same memory) as a :class:`ShardGrad`; one already is, it is returned as it is."""
+    if isinstance(g, ShardGrad):
+        return g
+    return torch.Tensor._make_subclass(ShardGrad, g)
+
+
+def _plain(g: torch.Tensor) -> torch.Tensor:
+    return g.local() if isinstance(g, ShardGrad) else g
+
+
 def _all_reduce(value: torch.Tensor, comm: CountingComm, op) -> torch.Tensor:
     if comm.world_size > 1:
         dist.all_reduce(value, op=op, group=comm.group)   # one scalar: not counted as traffic
@@ -88,7 +141,7 @@ def clip_grads_(sharded, replicated, max_norm: float, norm_type: float, comm: Co
         """Σ ‖g‖ₚᵖ (max |g| for p = ∞) over ``grads``, in float64."""
         if not grads:
             return torch.zeros((), dtype=torch.float64, device=dev)
-        norms = torch.stack([torch.linalg.vector_norm(g.double(), p) if g.numel() else
+        norms = torch.stack([torch.linalg.vector_norm(_plain(g).double(), p) if g.numel() else
                              torch.zeros((), dtype=torch.float64, device=dev) for g in grads])
         return norms.max() if math.isinf(p) else norms.pow(p).sum()
 
@@ -102,5 +155,5 @@ def clip_grads_(sharded, replicated, max_norm: float, norm_type: float, comm: Co
                            "non-finite, so clipping would spoil them (error_if_nonfinite=True)")
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in sharded + replicated:
-        g.mul_(coef.to(g.dtype))
+        _plain(g).mul_(coef.to(g.dtype))
     return total

@@ -129,7 +129,16 @@ def clip_cases(ctx, steps: int = 3, cases=CLIP_CASES) -> dict[str, dict]:
         out[f"{kind}/{optim}/{norm}"] = {"diff": _diff(full(), ref), "norms": norms, "ref_norms": ref_norms}
         torch.distributed.barrier(group=ctx.group)
     out["torch_clip_on_zero"] = _torch_clip_on_zero(ctx)
+    out["torch_clip_on_fsdp"] = _torch_clip_on_fsdp(ctx)
     return out
+
+
+def _torch_clip(params) -> str:
+    try:
+        torch.nn.utils.clip_grad_norm_(params, MAX_NORM)
+        return "no error"
+    except RuntimeError as e:
+        return str(e)
 
 
 def _torch_clip_on_zero(ctx) -> str:
@@ -137,15 +146,34 @@ def _torch_clip_on_zero(ctx) -> str:
     model = GPT(SMALL, seed=0)
     opt = _opt("sgd", model, dict(comm=CountingComm(ctx.group), stage=2))
     _loss(model, _mine(ctx, batches(1)[0])).backward()
-    try:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        said = "no error"
-    except RuntimeError as e:
-        said = str(e)
+    said = _torch_clip(model.parameters())
     opt.zero_grad()                                       # and the optimizer still works after it
     _loss(model, _mine(ctx, batches(1)[0])).backward()
     opt.step()
     return said
+
+
+def _torch_clip_on_fsdp(ctx) -> dict:
+    """torch's clip on FSDP's shards raises (with ``foreach`` left to torch, and forced on); the same
+    gradients then still clip with FSDP's method and step, in both ``zero_grad`` modes, matching
+    one process: ``diff`` after 2 steps."""
+    model = GPT(SMALL, seed=0)
+    f = FSDP(model, CountingComm(ctx.group), units=list(model.blocks))
+    opt = _opt("adamw", f.parameters())
+    said = []
+    for step, b in enumerate(batches(2)):
+        _loss(f, _mine(ctx, b)).backward()
+        said.append(_torch_clip(f.parameters()))
+        try:
+            torch.nn.utils.clip_grad_norm_(f.parameters(), MAX_NORM, foreach=True)
+            said.append("no error")
+        except RuntimeError as e:
+            said.append(str(e))
+        f.clip_grad_norm_(MAX_NORM)
+        opt.step()
+        opt.zero_grad(set_to_none=step == 0)
+    ref, _ = _reference("adamw", 2)
+    return {"said": said, "diff": _diff(f.full_state_dict(), ref)}
 
 
 def _shard_linear_and_embedding(model: nn.Module) -> list[nn.Module]:
