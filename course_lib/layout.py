@@ -28,10 +28,11 @@ m ≥ PP microbatches per pipeline (chapter 4's floor: PP does not lift it, CP a
 """
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from . import comm
+from . import comm, stepmodel
 from ._validate import calculator, choice, flag, fraction, positive, positive_int, zero_stage
 from .hardware import lookup
 from .memory import RECOMPUTE, _activation_bytes, _breakdown
@@ -70,6 +71,8 @@ class Layout:
     memory_bytes: float    # states + activations
     step_s: float          # compute + bubble + the four exposed communication terms
     explanation: str = ""
+    breakdown: dict = field(default_factory=dict, compare=False)   # compute by part, seconds per step
+    hidden: dict = field(default_factory=dict, compare=False)      # communication hidden, per level
 
     @property
     def fits(self) -> bool:
@@ -94,7 +97,7 @@ class _Job:
     b: int
     flash: bool
     peak: float
-    rate: float        # achieved FLOP/s: peak × compute_mfu
+    rate: float | None  # FLOP/s at a given flat compute_mfu (the what-if); None: the step model
     link: float
     g: int
     net: Network
@@ -103,6 +106,10 @@ class _Job:
     max_zero: int
     sp: bool = True          # sequence parallelism with TP (Korthikanti et al. 2022, arXiv 2205.05198)
     selective: bool = True   # selective recomputation offered (same paper; needs stored scores)
+    gpu: str = "H100-SXM"
+    hbm_bandwidth: float = 3.35e12
+    tp_overlap: bool = False  # TP collectives hidden behind the layer's GEMMs (Megatron's tp-comm-overlap)
+    cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -161,24 +168,46 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     first = per_stage if first_layers is None else first_layers  # layers on the first stage
     held = job.L if pp == 1 else first * _in_flight(pp, m, v)
     activations = act * held + (kept if mode == "full" else 0.0)  # + the layer being recomputed
-    # compute: 6Ψ + 3·attention per token, plus what recomputation reruns
-    attn = 2.0 * job.L * job.s * job.h                            # causal forward, per token
-    rerun = {"none": 0.0, "selective": attn, "full": 2 * job.psi + attn}[mode]
-    compute = job.tokens * (6 * job.psi + 3 * attn + rerun) / job.n / job.rate
+    # compute: op by op (course_lib.stepmodel), or 6Ψ + 3·attention at a given flat efficiency
     layers = job.L / pp
-    # TP: four all-reduces per layer and microbatch (six with full recomputation), inside the node
+    t_mb = job.b * s_cp                                           # tokens per microbatch on this GPU
+    m_f = job.tokens / (job.s * dp * job.b)                       # the batch's microbatches (m rounds it down)
+    parts = _parts(job, tp, cp, t_mb, sp)
+    rerun = {"none": 0.0, "selective": parts["attention_forward"], "full": parts["forward"]}[mode]
+    if job.rate is None:
+        per_layer = parts["gemm"] + parts["attention"] + parts["memory"] + rerun
+        updated = psi_gpu / (dp * cp) if zero >= 1 else psi_gpu
+        optim = stepmodel.optimizer_seconds(updated, job.hbm_bandwidth)
+        compute = m_f * layers * per_layer + optim
+        breakdown = {k: m_f * layers * v for k, v in (("gemm", parts["gemm"]), ("attention", parts["attention"]),
+                                                     ("memory", parts["memory"]), ("recompute", rerun))}
+        breakdown["optimizer"] = optim
+    else:
+        attn = 2.0 * job.L * job.s * job.h                        # causal forward, per token
+        rerun_f = {"none": 0.0, "selective": attn, "full": 2 * job.psi + attn}[mode]
+        compute = job.tokens * (6 * job.psi + 3 * attn + rerun_f) / job.n / job.rate
+        breakdown = {"compute": compute}
+    # TP: four all-reduces per layer and microbatch (six with full recomputation), inside the node;
+    # with tp_overlap hidden behind the layer's GEMMs as far as they last
     reps = 1.5 if mode == "full" else 1.0
-    tp_s = m * layers * reps * 4 * (comm._ring("all_reduce", 2.0 * s_cp * job.b * job.h, tp) / job.link
-                                    + _latency(job.net, "all_reduce", tp, job.g))
-    # CP: the K/V ring, forward + backward = 3× the forward bytes, hidden behind attention compute
-    cp_s = 0.0
+    tp_layer = reps * 4 * (comm._ring("all_reduce", 2.0 * s_cp * job.b * job.h, tp) / job.link
+                           + _latency(job.net, "all_reduce", tp, job.g)) if tp > 1 else 0.0
+    tp_hidden = min(tp_layer, parts["gemm"] * (reps if mode == "full" else 1.0)) if job.tp_overlap else 0.0
+    tp_s = m * layers * (tp_layer - tp_hidden)
+    # CP: K/V of the other ranks, forward + backward = 3× the forward bytes. "ring": passed round
+    # block by block, hidden behind the attention compute of the blocks (Liu et al., arXiv
+    # 2310.01889); "all_gather": gathered before attention and reduced after, exposed (Llama 3,
+    # arXiv 2407.21783 §3.3.2)
+    cp_s = cp_hidden = 0.0
     if cp > 1:
-        bw, _ = _bandwidth(job, sizes, (1,), p2p=True)
+        bw, _ = _bandwidth(job, sizes, (1,), p2p=job.cp_comm == "ring")
         kv = max(job.kv // tp, job.h // job.a)                    # K/V width on one TP rank
         ring = 3 * (2 * comm._ring("all_gather", 2.0 * job.s * job.b * kv, cp) / bw
                     + (cp - 1) * job.net.inter_latency)
-        hidden = 3 * 2.0 * job.s * job.h * s_cp * job.b / tp / job.rate
-        cp_s = m * layers * max(0.0, ring - hidden)
+        if job.cp_comm == "ring":
+            hide = parts["attention"] if job.rate is None else 3 * 2.0 * job.s * job.h * s_cp * job.b / tp / job.rate
+            cp_hidden = min(ring, hide)
+        cp_s = m * layers * (ring - cp_hidden)
     # PP: one activation message forward and one gradient back per chunk and microbatch
     pp_s = 0.0
     if pp > 1:
@@ -187,18 +216,36 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     busy = compute + tp_s + cp_s
     bubble = busy * (pp - 1) / (v * m)
     # DP: ZeRO's collectives over the DP·CP replicas (ZeRO-3 gathers per microbatch, twice)
-    dp_s = 0.0
+    dp_s = dp_hidden = 0.0
     n = dp * cp
     if n > 1:
         bw, k = _bandwidth(job, sizes, (1, 3))
         kinds = [(kd, 1) for kd in comm._PASSES[zero]] if zero < 3 else [("all_gather", 2 * m), ("reduce_scatter", 1)]
         t = sum(c * (comm._ring(kd, psi_gpu * 2.0, n) / bw + per_stage * _latency(job.net, kd, n, k))
                 for kd, c in kinds)
-        dp_s = max(0.0, t - (busy if zero == 3 else busy / m))
+        dp_hidden = min(t, busy if zero == 3 else busy * 2 / (3 * m))   # ZeRO 0-2: the last backward
+        dp_s = t - dp_hidden
     step = compute + bubble + tp_s + cp_s + pp_s + dp_s
+    hidden = {"tp": m * layers * tp_hidden, "cp": m * layers * cp_hidden, "dp": dp_hidden}
     return Layout(tp, cp, pp, dp, v, zero, mode, m, states, activations, job.usable, compute, bubble,
                   tp_s, cp_s, pp_s, dp_s, 6 * job.psi * job.tokens / job.n / (job.peak * step),
-                  states + activations, step)
+                  states + activations, step, breakdown=breakdown, hidden=hidden)
+
+
+def _parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool) -> dict[str, float]:
+    """One layer's op times on one GPU for one microbatch (``stepmodel.layer_time``)."""
+    return _layer_parts(job.psi, job.L, job.h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
+                        tp, cp, t_mb, sp)
+
+
+@functools.lru_cache(maxsize=4096)
+def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp) -> dict[str, float]:
+    """A pure function of its arguments, cached: the search asks it again for every PP, DP, v,
+    ZeRO stage and recomputation mode of one (TP, CP)."""
+    attn_params = 2.0 * h * h + 2.0 * h * kv
+    mlp = max(psi / n_layers - attn_params, h * h)                 # the rest of a layer's share of Ψ
+    shape = stepmodel.LayerShape(t_mb, h, kv, mlp, tp, sp, s, cp, b)
+    return stepmodel.layer_time(shape, gpu, peak, hbm)
 
 
 def _candidates(job: _Job, recompute: tuple[str, ...]):
@@ -222,7 +269,7 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
 
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-         sequence_parallel=True, selective_recompute=True) -> _Job:
+         sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring") -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -240,14 +287,16 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
         raise ValueError(f"global_batch_tokens ({global_batch_tokens!r}) is less than one sequence "
                          f"(seq_len={s})")
     acc = lookup("gpu", gpu)
-    u = fraction("compute_mfu", compute_mfu)
+    u = None if compute_mfu is None else fraction("compute_mfu", compute_mfu)
+    peak = acc.peak(acc.training_dtype)
     return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=_MAX_LAYERS), h, a, s,
                 tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
-                flag("flash_attention", flash_attention), acc.peak(acc.training_dtype), acc.peak(acc.training_dtype) * u,
+                flag("flash_attention", flash_attention), peak, None if u is None else peak * u,
                 acc.link_bandwidth, network.gpus_per_node, network,
                 acc.hbm_bytes * fraction("usable_fraction", usable_fraction), positive_int("max_cp", max_cp),
                 zero_stage("max_zero", max_zero), flag("sequence_parallel", sequence_parallel),
-                flag("selective_recompute", selective_recompute))
+                flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
+                flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")))
 
 
 def _all(job: _Job) -> list[Layout]:
@@ -258,10 +307,10 @@ def _all(job: _Job) -> list[Layout]:
 @calculator
 def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: int,
                  global_batch_tokens: float, n_gpus: int, *, gpu: str = "H100-SXM",
-                 network: Network = DGX_H100_NDR, compute_mfu: float = 0.5, usable_fraction: float = 0.9,
+                 network: Network = DGX_H100_NDR, compute_mfu: float | None = None, usable_fraction: float = 0.9,
                  flash_attention: bool = True, kv_heads: int | None = None,
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
-                 selective_recompute: bool = True) -> list[Layout]:
+                 selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring") -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -271,10 +320,17 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     sharded optimizer states (Megatron-LM in 2021); ``sequence_parallel=False`` and
     ``selective_recompute=False`` take away the two 2022 techniques of Korthikanti et al.
     (arXiv 2205.05198), leaving no recomputation or full recomputation.
+
+    Compute time is the step model's (``course_lib.stepmodel``: each GEMM, attention and the
+    memory-bound ops from their shapes), unless ``compute_mfu`` gives one flat efficiency (the old
+    what-if: 6Ψ + attention at that fraction of peak). ``tp_overlap=True`` hides TP's collectives
+    behind the layer's GEMMs (Megatron-LM's ``--tp-comm-overlap``, off by default there);
+    ``cp_comm`` is "ring" (K/V passed round behind the attention compute, Megatron-Core's form) or
+    "all_gather" (gathered up front and exposed, as Llama 3 did).
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm)
     return [x for x in _all(job) if x.fits]
 
 
@@ -282,8 +338,9 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
 def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: int, d_model: int,
              n_heads: int, seq_len: int, global_batch_tokens: float, v: int = 1, zero: int = 1,
              recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
-             compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
-             kv_heads: int | None = None, trim_first_last: bool = False) -> Layout:
+             compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
+             kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
+             cp_comm: str = "ring") -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -299,7 +356,8 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
-        flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero))
+        flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
+        cp_comm=cp_comm)
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
     want = (tp, cp, pp, dp, v, zero, mode)
     first = None
@@ -326,9 +384,9 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
 def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: int,
            global_batch_tokens: float, n_gpus: int, gpu: str = "H100-SXM", gpus_per_node: int = 8,
            nics_per_node: int = 8, nic_bits_per_s: float | None = None, kv_heads: int | None = None,
-           compute_mfu: float = 0.5, usable_fraction: float = 0.9, flash_attention: bool = True,
+           compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
-           selective_recompute: bool = True) -> Layout:
+           selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring") -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
@@ -337,7 +395,7 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:

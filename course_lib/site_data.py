@@ -10,7 +10,7 @@ import dataclasses
 import inspect
 import json
 
-from . import distill, flops, hardware, layout, network, scaling
+from . import distill, flops, hardware, layout, network, scaling, stepmodel
 from ._validate import MAX_INT
 from .data.tokenize import token_dtype
 from .plan import planner
@@ -31,8 +31,14 @@ def _plan_data() -> dict:
     plan_defaults = _defaults(planner.plan)
     return {
         "hardware": {name: {"hbm_bytes": acc.hbm_bytes, "link_bandwidth": acc.link_bandwidth,
-                            "nic_bits_per_s": acc.nic_bits_per_s, "dtype": acc.training_dtype}
+                            "nic_bits_per_s": acc.nic_bits_per_s, "dtype": acc.training_dtype,
+                            "hbm_bandwidth": acc.hbm_bandwidth,
+                            "matmul_ceiling": stepmodel.MATMUL_CEILING[name][0],
+                            "attention_ceiling": stepmodel._attention_ceiling(name),
+                            "processors": list(stepmodel.PROCESSORS[name][:3])}
                      for name, acc in hardware.ACCELERATORS.items()},
+        "stepmodel": {"sustained": stepmodel.SUSTAINED, "fa_l0": stepmodel._FA_L0, "fa_bwd": stepmodel._FA_BWD,
+                      "adam_bytes": stepmodel.ADAM_BYTES_PER_PARAM},
         "plan_defaults": plan_defaults,
         "layout_defaults": _defaults(layout.layout),
         "flash_attention": inspect.signature(layout.layout).parameters["flash_attention"].default,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_site_calculators import BAD, EXTREME, EXTREME_OK, GRIDS, PLAN_SCRIPT, SCRIPT, _python
 
-from course_lib import hardware, layout, network
+from course_lib import hardware, layout, network, stepmodel
 from course_lib.plan import planner
 from course_lib.site_data import calculator_data, calculator_data_js
 
@@ -56,7 +56,11 @@ def test_site_data_is_the_planners() -> None:
     assert DATA["restart_seconds"] == planner._RESTART_S and DATA["head_dim"] == planner._HEAD_DIM
     assert DATA["checkpoint_bytes_per_param"] == planner._CKPT_BYTES_PER_PARAM
     assert DATA["hardware"]["H200"] == {"hbm_bytes": 141e9, "link_bandwidth": 450e9, "nic_bits_per_s": 400e9,
-                                        "dtype": "bf16"}
+                                        "dtype": "bf16", "hbm_bandwidth": 4.8e12,
+                                        "matmul_ceiling": stepmodel.MATMUL_CEILING["H200"][0],
+                                        "attention_ceiling": stepmodel._attention_ceiling("H200"),
+                                        "processors": [132, 256, 128]}
+    assert DATA["stepmodel"]["sustained"] == stepmodel.SUSTAINED
     # the NIC follows the generation (HDR for A100), V100 trains in FP16
     assert DATA["hardware"]["A100"]["nic_bits_per_s"] == 200e9 and DATA["hardware"]["V100"]["dtype"] == "fp16"
     assert set(DATA["hardware"]) == set(hardware.ACCELERATORS)
@@ -72,7 +76,7 @@ def test_site_data_is_the_planners() -> None:
 
 def _job(**kw):
     args = dict(n_params=1e9, n_layers=64, d_model=2048, n_heads=16, seq_len=1024, global_batch_tokens=2 ** 20,
-                n_gpus=64, gpu="H100", network=network.DGX_H100_NDR, compute_mfu=0.5, usable_fraction=0.9,
+                n_gpus=64, gpu="H100", network=network.DGX_H100_NDR, compute_mfu=None, usable_fraction=0.9,
                 flash_attention=True, kv_heads=None, micro_batch=1, max_cp=128, max_zero=3)
     return layout._job(**dict(args, **kw))
 

@@ -122,6 +122,47 @@
     return 2.0 * psi / (zero >= 3 ? n : 1) + 2.0 * psi / (zero >= 2 ? n : 1) + 12.0 * psi / (zero >= 1 ? n : 1);
   }
 
+  // ------------------------------------------------------------ stepmodel.py
+  var SM = P.stepmodel;
+  function gemmSeconds(m, n, k, hw, peak) {
+    if (Math.min(m, n, k) <= 0) return 0.0;
+    var units = hw.processors[0];
+    var tm = Math.min(hw.processors[1], Math.max(64.0, Math.pow(2.0, Math.ceil(Math.log2(m)))));
+    var tn = Math.min(hw.processors[2], Math.max(64.0, Math.pow(2.0, Math.ceil(Math.log2(n)))));
+    var tiles = Math.ceil(m / tm) * Math.ceil(n / tn);
+    var split = Math.max(1, Math.min(Math.floor(units / tiles), Math.trunc(Math.floor(k / 512))));
+    var useful = (m * n) / (tm * tn) * split, busy = Math.ceil(tiles * split / units) * units;
+    var compute = 2.0 * m * n * k / (peak * SM.sustained * hw.matmul_ceiling * (useful / busy));
+    var memory = 2.0 * (m * k + k * n + m * n) / hw.hbm_bandwidth;
+    return Math.max(compute, memory);
+  }
+
+  function attentionEfficiency(hw, block, backward) {
+    var e = SM.sustained * hw.attention_ceiling * block / (block + SM.fa_l0);
+    return backward ? e * SM.fa_bwd : e;
+  }
+
+  /* stepmodel.layer_time on layout._parts's shape (causal). */
+  function parts(job, tp, cp, t, sp) {
+    var h = job.h, hw = job.hw, peak = job.peak;
+    var attnParams = 2.0 * h * h + 2.0 * h * job.kv;
+    var mlp = Math.max(job.psi / job.L - attnParams, h * h);
+    var ffn = mlp / (3.0 * h);
+    var shapes = [[t, (h + 2 * job.kv) / tp, h], [t, h, h / tp], [t, 2 * ffn / tp, h], [t, h, ffn / tp]];
+    var fwd = 0.0, bwd = 0.0;
+    shapes.forEach(function (x) {
+      fwd += gemmSeconds(x[0], x[1], x[2], hw, peak);
+      bwd += gemmSeconds(x[0], x[2], x[1], hw, peak) + gemmSeconds(x[2], x[1], x[0], hw, peak);
+    });
+    var flops = 4.0 * t * job.s * h / tp * 0.5, block = job.s / cp;
+    var aFwd = flops / (peak * attentionEfficiency(hw, block, false));
+    var aBwd = 2.5 * flops / (peak * attentionEfficiency(hw, block, true));
+    var elems = (2 * 2 * h + 2 * 3 * h) / (sp ? tp : 1) + 2 * (h + job.kv) / tp + 3 * ffn / tp;
+    var memFwd = 2.0 * t * elems / hw.hbm_bandwidth;
+    return {gemm: fwd + bwd, attention: aFwd + aBwd, memory: 3.0 * memFwd, forward: fwd + aFwd + memFwd,
+            attention_forward: aFwd};
+  }
+
   function evaluate(job, tp, cp, pp, dp, v, zero, mode) {
     var sizes = [tp, cp, pp, dp], sCp = job.s / cp, net = P.network_latency;
     var m = toInt(floorDiv(job.tokens / job.s, dp * job.b)), sp = tp > 1;
@@ -133,19 +174,22 @@
     else if (mode === "none" && !job.flash) act += 5.0 * job.a * sCp * job.s * job.b / tp;
     var held = pp === 1 ? job.L : perStage * inFlight(pp, m, v);
     var acts = act * held + (mode === "full" ? kept : 0.0);
-    var attn = 2.0 * job.L * job.s * job.h;
-    var rerun = {none: 0.0, selective: attn, full: 2 * job.psi + attn}[mode];
-    var compute = job.tokens * (6 * job.psi + 3 * attn + rerun) / job.n / job.rate;
-    var layers = job.L / pp, reps = mode === "full" ? 1.5 : 1.0;
-    var tpS = m * layers * reps * 4 * (ring("all_reduce", 2.0 * sCp * job.b * job.h, tp) / job.link +
-                                       latency(job, "all_reduce", tp, job.g));
+    var layers = job.L / pp, tMb = job.b * sCp, mF = job.tokens / (job.s * dp * job.b);
+    var pt = parts(job, tp, cp, tMb, sp);
+    var rerun = {none: 0.0, selective: pt.attention_forward, full: pt.forward}[mode];
+    var perLayer = pt.gemm + pt.attention + pt.memory + rerun;
+    var updated = zero >= 1 ? psiGpu / (dp * cp) : psiGpu;
+    var compute = mF * layers * perLayer + SM.adam_bytes * updated / job.hw.hbm_bandwidth;
+    var reps = mode === "full" ? 1.5 : 1.0;
+    var tpLayer = tp > 1 ? reps * 4 * (ring("all_reduce", 2.0 * sCp * job.b * job.h, tp) / job.link +
+                                       latency(job, "all_reduce", tp, job.g)) : 0.0;
+    var tpS = m * layers * (tpLayer - 0.0);
     var cpS = 0.0, ppS = 0.0, dpS = 0.0, bw;
     if (cp > 1) {
       bw = bandwidth(job, sizes, [1], true)[0];
       var kv = Math.max(Math.floor(job.kv / tp), Math.floor(job.h / job.a));
       var ringS = 3 * (2 * ring("all_gather", 2.0 * job.s * job.b * kv, cp) / bw + (cp - 1) * net.inter_latency);
-      var hidden = 3 * 2.0 * job.s * job.h * sCp * job.b / tp / job.rate;
-      cpS = m * layers * Math.max(0.0, ringS - hidden);
+      cpS = m * layers * (ringS - Math.min(ringS, pt.attention));
     }
     if (pp > 1) {
       bw = bandwidth(job, sizes, [2], true)[0];
@@ -161,7 +205,7 @@
       kinds.forEach(function (x) {
         t += toFloat(x[1]) * (ring(x[0], psiGpu * 2.0, n) / bwk[0] + perStage * latency(job, x[0], n, bwk[1]));
       });
-      dpS = Math.max(0.0, t - (zero === 3 ? busy : busy / m));
+      dpS = t - Math.min(t, zero === 3 ? busy : busy * 2 / (3 * m));
     }
     var step = compute + bubble + tpS + cpS + ppS + dpS;
     return {tp: tp, cp: cp, pp: pp, dp: dp, v: v, zero: zero, recompute: mode, microbatches: m, states: st,
@@ -197,7 +241,7 @@
     var args = [["n_params", F(n)], ["n_layers", I(nl)], ["d_model", I(h)], ["n_heads", I(a)], ["seq_len", I(s)],
                 ["global_batch_tokens", F(batch)], ["n_gpus", I(nGpus)], ["gpu", gpu], ["gpus_per_node", I(g)],
                 ["nics_per_node", I(g)], ["nic_bits_per_s", F(P.hardware[gpu].nic_bits_per_s)], ["kv_heads", undefined],
-                ["compute_mfu", LAYOUT.compute_mfu], ["usable_fraction", F(u)], ["flash_attention", undefined],
+                ["compute_mfu", undefined], ["usable_fraction", F(u)], ["flash_attention", undefined],
                 ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero]];
     return checked(args, function () {
       L.positiveInt("n_heads", I(a));
@@ -208,7 +252,7 @@
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));
       var job = {psi: n, L: nl, h: h, a: a, s: s, tokens: batch, n: nGpus, kv: h, b: 1, flash: P.flash_attention,
                  peak: D.accelerators[gpu][P.hardware[gpu].dtype],
-                 rate: D.accelerators[gpu][P.hardware[gpu].dtype] * LAYOUT.compute_mfu.num,
+                 hw: P.hardware[gpu],
                  link: P.hardware[gpu].link_bandwidth, g: g,
                  ringBw: g * (P.hardware[gpu].nic_bits_per_s / 8), usable: P.hardware[gpu].hbm_bytes * u,
                  maxCp: LAYOUT.max_cp.num, maxZero: LAYOUT.max_zero.num};
