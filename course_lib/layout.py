@@ -9,16 +9,22 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
    for min(PP, m) microbatches under 1F1B, × (1 + (PP−1)/(PP·v)) with v interleaved chunks (their
    §4.2.3; at most m); L layers of one microbatch without PP. What must fit is ``usable_fraction`` of HBM (the
    rest is logits, workspace, communication buffers and fragmentation, not modelled).
-2. **How long is a step?** Compute is the training FLOPs (6Ψ + attention, + one forward more with
-   full recomputation) spread evenly over the GPUs at ``compute_mfu`` of the dense peak. The
-   pipeline adds its bubble, (PP−1)/(v·m) of the pipeline's busy time, and every level adds its
-   *exposed* communication: TP's four all-reduces per layer (``comm.tp_bytes_per_layer``) on the
-   critical path over NVLink; CP's K/V ring (``comm.cp_bytes_per_layer``, three times the forward
-   bytes with the backward) minus the attention compute it hides behind; PP's point-to-point
-   activations (all counted, an upper bound); DP's ZeRO collectives over the network
-   (``course_lib.network``) minus the compute they overlap (the last microbatch's for ZeRO 0–2,
-   whose gradients are reduced once per step; the whole step for ZeRO-3, which re-gathers the
-   parameters for every microbatch's forward and backward).
+2. **How long is a step?** Compute is timed op by op on one GPU (``course_lib.stepmodel``): each
+   GEMM of a layer from its shape after the TP and CP splits, FlashAttention at its rate for the
+   block length, the memory-bound ops and the optimizer step over HBM, plus what recomputation
+   reruns (one forward with full recomputation, attention's forward with selective); MFU is the
+   output. (``compute_mfu=x`` instead spreads 6Ψ + attention over the GPUs at x of the peak: the
+   old flat what-if.) The pipeline adds its bubble, (PP−1)/(v·m) of the pipeline's busy time, and
+   every level adds its *exposed* communication: TP's four all-reduces per layer
+   (``comm.tp_bytes_per_layer``) over NVLink, on the critical path unless ``tp_overlap=True``
+   hides them behind the layer's GEMMs; CP's K/V exchange (``comm.cp_bytes_per_layer``, three
+   times the forward bytes with the backward), as a ring minus the attention compute it hides
+   behind, or as Llama 3's all-gather, exposed (``cp_comm``); PP's point-to-point activations (all
+   counted, an upper bound); DP's ZeRO collectives over the network (``course_lib.network``) minus
+   the compute they overlap (the last microbatch's backward for ZeRO 0–2, whose gradients are
+   reduced once per step; the whole step for ZeRO-3, which re-gathers the parameters for every
+   microbatch's forward and backward). ``Layout.breakdown`` holds the compute by op and
+   ``Layout.hidden`` the communication each level hid.
 
 Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.21783 §3.3.2), so a
 group lives inside one node when the degrees inside it multiply to at most the GPUs per node;

@@ -8,7 +8,50 @@ from .planner import plan
 from .result import Plan
 from .runs import TOLERANCE
 
-__all__ = ["cluster_sweep", "sweep_figure", "ratio_figure", "plan_widget"]
+__all__ = ["cluster_sweep", "sweep_figure", "ratio_figure", "plan_widget", "step_breakdown", "mfu_sweeps",
+           "mfu_figure", "BREAKDOWN_PARTS"]
+
+# The step's parts as the layout planner reports them: compute by op, then what the layout adds.
+BREAKDOWN_PARTS = ("gemm", "attention", "memory", "recompute", "optimizer", "bubble", "tp", "cp", "pp", "dp")
+
+
+def step_breakdown(x) -> dict:
+    """A ``layout.Layout``'s step time by part (seconds per step): its compute by op (GEMMs,
+    attention, memory-bound ops, recomputation, the optimizer step), the bubble and each level's
+    exposed communication. The parts sum to ``x.step_s``."""
+    parts = dict(x.breakdown)
+    parts.update(bubble=x.bubble_s, tp=x.tp_s, cp=x.cp_s, pp=x.pp_s, dp=x.dp_s)
+    return {k: parts.get(k, 0.0) for k in BREAKDOWN_PARTS}
+
+
+def mfu_sweeps(gpu: str = "H100-SXM") -> dict[str, list[tuple[float, float]]]:
+    """The planner's MFU (best layout) as one thing changes at a time, on 4M-token batches:
+    width (a 32-layer model of d_model 1024 … 8192 on 512 GPUs), sequence length (a 7B model,
+    2K … 64K tokens, on 512 GPUs) and cluster size (the same 7B at 4K, 128 … 8192 GPUs)."""
+    from ..layout import layout
+    batch = 4 * 2 ** 20
+    width = [(d, layout(12.0 * 32 * d * d, 32, d, d // 128, 4096, batch, 512, gpu=gpu).mfu)
+             for d in (1024, 2048, 4096, 8192)]
+    seq = [(s, layout(7e9, 32, 4096, 32, s, batch, 512, gpu=gpu, kv_heads=8).mfu)
+           for s in (2048, 8192, 32768, 65536)]
+    cluster = [(n, layout(7e9, 32, 4096, 32, 4096, batch, n, gpu=gpu, kv_heads=8).mfu)
+               for n in (128, 512, 2048, 8192)]
+    return {"width": width, "seq_len": seq, "n_gpus": cluster}
+
+
+def mfu_figure(sweeps: dict[str, list[tuple[float, float]]]):
+    """Three panels of ``mfu_sweeps``: MFU against width, sequence length and GPU count."""
+    fig, axes = plots.figure(3, figsize=(10.0, 3.4))
+    labels = {"width": ("d_model (32 layers, 512 GPUs)", "wider: bigger GEMMs"),
+              "seq_len": ("sequence length (7B, 512 GPUs)", "longer: more attention"),
+              "n_gpus": ("GPUs (7B at 4K, 4M-token batch)", "more GPUs: less work each")}
+    for ax, (key, points) in zip(axes, sweeps.items()):
+        xs, ys = zip(*points)
+        ax.plot(xs, ys, "o-", color=plots.THEORY)
+        ax.set(xscale="log", xlabel=labels[key][0], ylabel="MFU (planner)", title=labels[key][1],
+               ylim=(0, 0.6))
+    return fig
+
 
 
 def cluster_sweep(gpu_counts, **kwargs) -> list[dict]:

@@ -6,7 +6,9 @@ was checked (2026-12), in the source itself, in a verbatim copy of it, or only i
 account, and what stays unverified. ``check_published`` runs ``plan`` on each run's own size,
 tokens, GPUs and MFU and sets the planner's GPU-hours (or days, FLOP) beside the published figure,
 and the layout the planner chooses beside the layout the run published. The model is not tuned to
-the table: where the ratio leaves ±15 %, ``miss`` says which physical effect or convention explains it.
+the table's totals (the step model's one fitted constant, ``stepmodel.SUSTAINED``, comes from Llama 3
+405B's published MFU): where the ratio leaves ±15 %, ``miss`` says which physical effect or convention
+explains it. ``HELD_OUT`` runs were used for nothing.
 """
 from __future__ import annotations
 
