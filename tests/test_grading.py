@@ -149,11 +149,11 @@ def test_check_prints_one_deterministic_line(check, capsys):
     assert not check("flops", "abc")
     assert not check("scale", lambda x: 1 / 0)
     out = capsys.readouterr().out.splitlines()
-    assert out == [
-        "✔ flops: correct (2/2 points)",
-        "✘ flops: 0/2 — A third: you counted only the forward pass (2ND); training is 6ND.",
-        "✘ dtype: 0/1 — fp16 has a 5-bit exponent.",
-        "✘ flops: 0/2 — Give a number, not a string.",
+    assert out == [   # a value question's answer, with its unit, before the verdict
+        "answer = 1.2e20 FLOP  ✔ flops: correct (2/2 points)",
+        "answer = 4e19 FLOP  ✘ flops: 0/2 — A third: you counted only the forward pass (2ND); training is 6ND.",
+        "answer = 'fp16'  ✘ dtype: 0/1 — fp16 has a 5-bit exponent.",
+        "answer = 'abc'  ✘ flops: 0/2 — Give a number, not a string.",
         "✘ scale: 0/3 — Your code raised ZeroDivisionError: division by zero",
     ]
 

@@ -13,7 +13,7 @@ _EIGHT_ND = Mistake.ratio(4 / 3, "4/3 of the expected value: you counted 8ND, wh
 
 QUESTIONS = [
     Question(
-        "flops_34b_8t", points=1,
+        "flops_34b_8t", points=1, unit="FLOP",
         prompt="Training compute in FLOP of a 34B-parameter model trained on 8T tokens.",
         expected=lambda: flops.training_flops(34e9, 8e12), rtol=0.01,
         mistakes=[_TWO_ND, _EIGHT_ND,
@@ -36,7 +36,7 @@ QUESTIONS = [
         hint="days = 6ND / (GPUs × dense peak FLOP/s × MFU) / 86,400.",
     ),
     Question(
-        "gpus_30_days", points=1,
+        "gpus_30_days", points=1, unit="GPUs",
         prompt="Whole H100 SXM GPUs needed to finish the same run (34B, 8T, 45% MFU) in 30 days.",
         expected=lambda: float(-(-flops.gpus_needed(34e9, 8e12, 30, 0.45) // 1)), rtol=0, atol=0.5,
         mistakes=[_SPARSE,
@@ -55,7 +55,7 @@ QUESTIONS = [
         hint="Same formula, with the H100 PCIe dense BF16 peak.",
     ),
     Question(
-        "attn_fraction_8k", points=2,
+        "attn_fraction_8k", points=2, unit="fraction",
         prompt="Llama-2-7B-like model (L=32, d=4096, N=6.74e9), causal attention, s=8192: attention-score "
                "FLOPs as a fraction of the dense 2N FLOPs (a fraction, not a percentage).",
         expected=lambda: flops.attention_fraction(32, 4096, 8192, 6.74e9), rtol=0.01,
@@ -68,14 +68,14 @@ QUESTIONS = [
         hint="Causal forward attention per token: 2·L·s·d FLOPs; dense forward: 2N.",
     ),
     Question(
-        "crossover_causal", points=1,
+        "crossover_causal", points=1, unit="tokens",
         prompt="Sequence length at which causal attention FLOPs equal the dense FLOPs for that model.",
         expected=lambda: flops.attention_crossover(32, 4096, 6.74e9), rtol=0.01,
         mistakes=[Mistake.ratio(0.5, "Half the causal crossover: that is the full-matrix one, N/(2·L·d).")],
         hint="Solve L·s·d / N = 1 for s.",
     ),
     Question(
-        "mfu_13b", points=2,
+        "mfu_13b", points=2, unit="fraction",
         prompt="A 13B model trains at 250,000 tokens/s on 64 H100 SXM. Its MFU (a fraction)?",
         expected=lambda: flops.mfu(13e9, 250_000 / 64), rtol=0.01,
         mistakes=[Mistake.ratio(64, "64× too large: divide the cluster throughput by the number of GPUs."),
@@ -84,7 +84,7 @@ QUESTIONS = [
         hint="MFU = 6·N·(tokens/s per GPU) / dense peak.",
     ),
     Question(
-        "hfu_13b", points=1,
+        "hfu_13b", points=1, unit="fraction",
         prompt="The same run uses full activation recomputation. Its HFU (a fraction)?",
         expected=lambda: flops.mfu(13e9, 250_000 / 64, recompute=True), rtol=0.01,
         mistakes=[Mistake.ratio(0.75, "That is the MFU: HFU also counts the recomputed forward, 8N per token.")],

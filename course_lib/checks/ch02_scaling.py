@@ -68,7 +68,7 @@ def _grade_power_law_fn(fn, draw: np.random.Generator) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "n_rule_1e24", points=1,
+        "n_rule_1e24", points=1, unit="parameters",
         prompt="Compute budget C = 1e24 FLOP, rule of thumb D = 20N. Compute-optimal parameters N?",
         expected=lambda: scaling.compute_optimal(BUDGET, "tokens_per_param")[0], rtol=0.01,
         mistakes=[Mistake.ratio(math.sqrt(3), "√3 too large: " + _TWO_ND),
@@ -77,7 +77,7 @@ QUESTIONS = [
         hint="C = 6·N·D with D = 20·N gives C = 120·N².",
     ),
     Question(
-        "d_rule_1e24", points=1,
+        "d_rule_1e24", points=1, unit="tokens",
         prompt="Same budget and rule: compute-optimal training tokens D?",
         expected=lambda: scaling.compute_optimal(BUDGET, "tokens_per_param")[1], rtol=0.01,
         mistakes=[Mistake.ratio(math.sqrt(3), "√3 too large: " + _TWO_ND),
@@ -86,7 +86,7 @@ QUESTIONS = [
         hint="D = 20·N = √(20·C/6).",
     ),
     Question(
-        "n_besiroglu_1e24", points=2,
+        "n_besiroglu_1e24", points=2, unit="parameters",
         prompt="C = 1e24 FLOP, Besiroglu et al. fit (E=1.8172, A=482.01, B=2085.43, α=0.3478, β=0.3658). "
                "Compute-optimal N* from the closed form N* = G·(C/6)^(β/(α+β)), G = (αA/(βB))^(1/(α+β)).",
         expected=lambda: _n_star(BUDGET, "besiroglu"), rtol=0.01,
@@ -101,7 +101,7 @@ QUESTIONS = [
         hint="Evaluate G first, then raise C/6 to a = β/(α+β).",
     ),
     Question(
-        "ratio_hoffmann_1e24", points=1,
+        "ratio_hoffmann_1e24", points=1, unit="tokens/parameter",
         prompt="C = 1e24 FLOP, Hoffmann's printed constants (E=1.69, A=406.4, B=410.7, α=0.34, β=0.28): "
                "tokens per parameter D*/N* at the optimum?",
         expected=lambda: (lambda n, d: d / n)(*scaling.compute_optimal(BUDGET, "hoffmann")), rtol=0.01,
@@ -112,7 +112,7 @@ QUESTIONS = [
         hint="Compute N* from the closed form, then D* = C/(6·N*).",
     ),
     Question(
-        "loss_llama3_8b", points=2,
+        "loss_llama3_8b", points=2, unit="nats/token",
         prompt="Predicted final loss (nats/token) of Llama 3 8B — N = 8.03e9 parameters on D = 15e12 tokens — "
                "under the Besiroglu fit L = E + A/N^α + B/D^β.",
         expected=lambda: scaling.loss(*LLAMA3_8B, "besiroglu"), rtol=0.002,
@@ -125,7 +125,7 @@ QUESTIONS = [
         hint="Plug N and D in directly; keep them as plain counts (8.03e9, 15e12).",
     ),
     Question(
-        "overhead_half_besiroglu", points=2,
+        "overhead_half_besiroglu", points=2, unit="fraction",
         prompt="Besiroglu fit: a model of half the compute-optimal size (N = 0.5·N*) is trained to the same "
                "loss as the compute-optimal model. Extra training compute, as a fraction (0.1 = +10%)?",
         expected=lambda: scaling.overtraining_cost(0.5, "besiroglu")[1], rtol=0.01,
@@ -145,7 +145,7 @@ QUESTIONS = [
         hint="At the optimum αA/N*^α = βB/D*^β, so equal loss gives (D/D*)^(−β) = 1 + (β/α)(1 − f^(−α)).",
     ),
     Question(
-        "tpp_llama3_405b", points=1,
+        "tpp_llama3_405b", points=1, unit="tokens/parameter",
         prompt="Tokens per parameter of Llama 3 405B (405e9 parameters, 15.6e12 tokens).",
         expected=lambda: 15.6e12 / 405e9, rtol=0.01,
         mistakes=[Mistake.ratio(1 / (15.6e12 / 405e9) ** 2, "You divided parameters by tokens."),
@@ -160,7 +160,7 @@ QUESTIONS = [
         hint="np.polyfit(np.log(x), np.log(y), 1) gives (slope, intercept); coef = exp(intercept).",
     ),
     Question(
-        "exponent_from_points", points=2,
+        "exponent_from_points", points=2, unit="exponent",
         prompt="IsoFLOP minima C = " + ", ".join(f"{c:.0e}" for c in POINTS_C) + " FLOP gave N_opt = "
                + ", ".join(f"{n:.2g}" for n in POINTS_N) + ". Fit N_opt ∝ C^a: the exponent a?",
         expected=lambda: scaling.fit_power_law(POINTS_C, POINTS_N)[1], rtol=0.01,

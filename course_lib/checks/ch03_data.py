@@ -112,7 +112,7 @@ def _grade_stop_word_rule(fn) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "jaccard_shingles", points=1,
+        "jaccard_shingles", points=1, unit="fraction",
         prompt=f"Jaccard similarity of the word 2-shingle sets of {JACCARD_A!r} and {JACCARD_B!r} "
                "(words = runs of letters, case-folded).",
         expected=lambda: dedup.jaccard(dedup.shingles(JACCARD_A, 2), dedup.shingles(JACCARD_B, 2)),
@@ -126,7 +126,7 @@ QUESTIONS = [
         hint="List the 5 consecutive word pairs of each sentence; Jaccard = |A∩B| / |A∪B|.",
     ),
     Question(
-        "lsh_candidate_prob", points=1,
+        "lsh_candidate_prob", points=1, unit="probability",
         prompt="datatrove's default LSH uses 14 bands of 8 rows (112 minhashes). Probability that two "
                "documents with Jaccard 0.75 become a candidate pair?",
         expected=lambda: dedup.s_curve(0.75, bands=14, rows=8), rtol=0.005,
@@ -149,7 +149,7 @@ QUESTIONS = [
              "maximum. Try r from 6 to 10.",
     ),
     Question(
-        "shard_count", points=2,
+        "shard_count", points=2, unit="files",
         prompt="15.6T tokens (Llama 3), vocabulary 128,256, stored as the smallest unsigned integer type, "
                "in shard files of at most 2 GiB holding whole rows of 8,193 tokens. How many shard files?",
         expected=lambda: float(shards.plan_shards(15.6e12, 128_256, 2 ** 31, seq_len=8192).n_shards),

@@ -169,7 +169,7 @@ def _grade_clip(fn, rng) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "zero_mem_stages", points=2,
+        "zero_mem_stages", points=2, unit="bytes",
         prompt=f"A {MEM_PSI / 1e9:g}B-parameter model trained with mixed-precision Adam (2 + 2 + 12 "
                f"bytes per parameter) on {MEM_N} data-parallel GPUs. Model-state bytes per GPU for "
                f"ZeRO stage 0 (plain DP), 1, 2 and 3, as a list of four numbers.",
@@ -178,7 +178,7 @@ QUESTIONS = [
         hint="16Ψ, 4Ψ + 12Ψ/n, 2Ψ + 14Ψ/n, 16Ψ/n.",
     ),
     Question(
-        "min_zero3_70b", points=2,
+        "min_zero3_70b", points=2, unit="GPUs",
         prompt=f"A {Z3_PSI / 1e9:g}B model (16 bytes of model state per parameter) on 80 GB H100s, "
                f"keeping {Z3_RESERVED / GB:g} GB per GPU for activations and buffers: the smallest "
                f"ZeRO-3 degree whose model states fit?",
@@ -191,7 +191,7 @@ QUESTIONS = [
         hint="n ≥ 16Ψ / (HBM − reserved); round up.",
     ),
     Question(
-        "b300_dp_max_params", points=1,
+        "b300_dp_max_params", points=1, unit="parameters",
         prompt="B300 has 288 GB of HBM. Plain data parallelism (no sharding), mixed-precision Adam: "
                "the largest parameter count whose model states fit on one GPU, activations ignored?",
         expected=lambda: memory.max_params_per_gpu(_B300.hbm_bytes, 1, 0), rtol=0.01,
@@ -202,7 +202,7 @@ QUESTIONS = [
         hint="16 bytes per parameter under plain DP.",
     ),
     Question(
-        "allreduce_nvlink_s", points=1,
+        "allreduce_nvlink_s", points=1, unit="s",
         prompt="All-reduce of 7B bf16 gradients (14 GB) with a ring over 8 H100s on NVLink "
                "(450 GB/s per direction per GPU): seconds, ignoring latency?",
         expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 8, _H100.link_bandwidth), rtol=0.02,
@@ -216,7 +216,7 @@ QUESTIONS = [
         hint="t = 2(n−1)/n · S / bandwidth.",
     ),
     Question(
-        "allreduce_ib_s", points=1,
+        "allreduce_ib_s", points=1, unit="s",
         prompt="The same 14 GB all-reduce over 64 GPUs in 8 servers, each with eight 400 Gb/s "
                "InfiniBand NDR NICs (NCCL runs one ring per NIC): seconds, ignoring latency?",
         expected=lambda: comm.collective_time("all_reduce", AR_BYTES, 64, comm.IB_NDR_BANDWIDTH), rtol=0.02,
@@ -227,7 +227,7 @@ QUESTIONS = [
         hint="t = 2(n−1)/n · S / ring bandwidth; ring bandwidth = NICs per server × NIC rate.",
     ),
     Question(
-        "fsdp_bytes_7b_64", points=1,
+        "fsdp_bytes_7b_64", points=1, unit="bytes",
         prompt="FSDP (ZeRO-3, parameters resharded after forward) on 64 GPUs, 7B bf16 parameters: "
                "bytes each GPU sends per step?",
         expected=lambda: comm.fsdp_bytes_per_step(7e9, 64), rtol=0.005,
@@ -240,7 +240,7 @@ QUESTIONS = [
         hint="Three ring passes of Ψ·2 bytes: all-gather, all-gather, reduce-scatter.",
     ),
     Question(
-        "max_dp_degree", points=1,
+        "max_dp_degree", points=1, unit="replicas",
         prompt=f"Critical batch {CRIT_TOKENS / 1e6:g}M tokens, sequences of {SEQ} tokens, at least one "
                f"whole sequence per replica: the largest data-parallel degree?",
         expected=lambda: comm.max_dp_degree(CRIT_TOKENS, SEQ), rtol=0, atol=1e-6,
@@ -250,7 +250,7 @@ QUESTIONS = [
         hint="floor(critical batch / sequence length).",
     ),
     Question(
-        "max_gpus_tp_pp", points=1,
+        "max_gpus_tp_pp", points=1, unit="GPUs",
         prompt=f"Same run with tensor parallelism {TP} and pipeline parallelism {PP} inside each "
                f"replica; each pipeline needs at least {PP} microbatches (one sequence each) in flight "
                f"to keep its bubble small: how many GPUs can it use at most?",
@@ -264,7 +264,7 @@ QUESTIONS = [
         hint="DP ≤ B / (s · PP) when every pipeline holds PP sequences; GPUs = DP × TP × PP.",
     ),
     Question(
-        "fsdp_crossover", points=2,
+        "fsdp_crossover", points=2, unit="GPUs",
         prompt=f"FSDP over InfiniBand (one ring per NIC: 8 × 50 GB/s = 400 GB/s per GPU; bandwidth "
                f"term only), H100 at {XO_MFU:g} of peak while computing, "
                f"a fixed global batch of {XO_TOKENS / 1e6:g}M tokens, bf16. Beyond how many GPUs does "

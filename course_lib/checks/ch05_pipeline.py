@@ -82,7 +82,7 @@ def _grade_partition(answer) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "bubble_p8_m32", points=1,
+        "bubble_p8_m32", points=1, unit="fraction",
         prompt="GPipe or 1F1B with p = 8 stages and m = 32 microbatches: what fraction of the step's "
                "wall time does each rank sit idle (the bubble)?",
         expected=lambda: pipeline.bubble_fraction(8, 32), rtol=0.01,
@@ -95,7 +95,7 @@ QUESTIONS = [
         hint="Wall time = (m + p − 1) slots of (t_f + t_b); each rank works m of them.",
     ),
     Question(
-        "bubble_interleaved", points=1,
+        "bubble_interleaved", points=1, unit="fraction",
         prompt="Same pipeline (p = 8, m = 32) with the interleaved schedule, v = 4 model chunks per "
                "rank: the bubble as a fraction of wall time?",
         expected=lambda: pipeline.bubble_fraction(8, 32, v=4), rtol=0.01,
@@ -107,7 +107,7 @@ QUESTIONS = [
         hint="Interleaving divides the bubble time by v: (p−1)/(v·m + p − 1).",
     ),
     Question(
-        "min_mb_p16", points=2,
+        "min_mb_p16", points=2, unit="microbatches",
         prompt="p = 16 stages (no interleaving). Smallest number of microbatches m that keeps the bubble "
                "at or below 5% of wall time?",
         expected=lambda: pipeline.min_microbatches(16, 0.05), rtol=0, atol=0.5,
@@ -119,7 +119,7 @@ QUESTIONS = [
         hint="(p−1)/(m+p−1) ≤ f  ⇔  m ≥ (p−1)(1−f)/f; round up.",
     ),
     Question(
-        "stash_1f1b_stage3", points=1,
+        "stash_1f1b_stage3", points=1, unit="GB",
         prompt="p = 8, m = 32. One microbatch's activations on stage 3 (counting from 0) take 1.5 GB. "
                "Peak activation memory of stage 3 under 1F1B, in GB?",
         expected=lambda: 1.5 * pipeline.peak_in_flight("1f1b", 8, 32, 3), rtol=0.01,
@@ -132,7 +132,7 @@ QUESTIONS = [
         hint="1F1B: stage s has at most p − s microbatches in flight.",
     ),
     Question(
-        "imbalanced_step_ms", points=2,
+        "imbalanced_step_ms", points=2, unit="ms",
         prompt=f"GPipe, m = {IMBALANCE_M}, four stages whose forward passes take {IMBALANCE_TF} ms per "
                f"microbatch (the last stage carries the LM head); every backward takes twice its forward. "
                f"Step time in ms (communication free)?",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 
-from course_lib.grading import Mistake, Question
+from course_lib.grading import NO_UNIT, Mistake, Question
 from course_lib.grading.inputs import exercise_trace
 from course_lib.stability import scaler, spikes
 
@@ -118,7 +118,7 @@ def _grade_scaler(fn, draw) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "spike_steps", points=2,
+        "spike_steps", points=2, unit="steps",
         prompt=f"Which steps of the recorded loss trace `exercise_trace()` are spikes? Rule: step t is a "
                f"spike if its loss is not finite, or if at least {WINDOW} earlier non-spike losses exist "
                f"and loss_t > μ + max({THRESHOLD:g}·σ, {MIN_JUMP}) with μ, σ the mean and population "
@@ -137,7 +137,7 @@ QUESTIONS = [
              "append the loss when it was not a spike.",
     ),
     Question(
-        "rollback_plan", points=2,
+        "rollback_plan", points=2, unit="(step, data position)",
         prompt=f"Checkpoints were saved at (step, data position) = {CHECKPOINTS} (the run already skipped 40 "
                f"batches once). A spike is detected at step {SPIKE[0]}, on the batch at data position "
                f"{SPIKE[1]}. Following PaLM, restore the newest checkpoint at least {MIN_DISTANCE} steps "
@@ -174,7 +174,7 @@ QUESTIONS = [
              "equals growth_interval: scale *= 2, good_steps = 0.",
     ),
     Question(
-        "overflow_fp16", points=1,
+        "overflow_fp16", points=1, unit=NO_UNIT,
         prompt=f"For each value {VALUES}, does rounding it (held in FP32) to FP16 give inf? A list of booleans.",
         expected=lambda: [scaler.overflows(v, "fp16") for v in VALUES],
         mistakes=[Mistake.equals([False, True, True, True, True, True],
@@ -187,7 +187,7 @@ QUESTIONS = [
         hint="Largest FP16: 65504; the spacing there is 32; round to nearest, ties to even.",
     ),
     Question(
-        "overflow_bf16", points=1,
+        "overflow_bf16", points=1, unit=NO_UNIT,
         prompt=f"And rounding the same values {VALUES} to BF16? A list of booleans.",
         expected=lambda: [scaler.overflows(v, "bf16") for v in VALUES],
         mistakes=[Mistake.equals([scaler.overflows(v, "fp16") for v in VALUES],
@@ -199,7 +199,7 @@ QUESTIONS = [
         hint="BF16's largest finite value is (2 − 2^-7)·2^127 ≈ 3.3895e38.",
     ),
     Question(
-        "underflow_fp16", points=1,
+        "underflow_fp16", points=1, unit=NO_UNIT,
         prompt=f"What do the gradient values {SMALL_VALUES} become in FP16: 'normal', 'subnormal' or 'zero'? "
                f"A list of strings.",
         expected=lambda: [scaler.cast_outcome(v, "fp16") for v in SMALL_VALUES],
@@ -211,7 +211,7 @@ QUESTIONS = [
         hint="FP16: smallest normal 2^-14 ≈ 6.1e-5, smallest subnormal 2^-24 ≈ 5.96e-8; below half of that, zero.",
     ),
     Question(
-        "adam_first_step", points=1,
+        "adam_first_step", points=1, unit="×",
         prompt="AdamW's first update with peak LR 0.4 and no warmup: how large is the change of each weight "
                "(ε and weight decay negligible), relative to the initial weight scale 0.02? Answer the ratio.",
         expected=lambda: 0.4 / 0.02, rtol=0.01,

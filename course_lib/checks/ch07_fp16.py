@@ -11,7 +11,7 @@ import math
 import torch
 
 from course_lib import numerics
-from course_lib.grading import Mistake, Question
+from course_lib.grading import NO_UNIT, Mistake, Question
 
 STALL_CASE = (0.3, "fp16")              # increment, format
 STALL_BF16_CASE = (0.01, "bf16")
@@ -78,7 +78,7 @@ def _grade_kahan(fn) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "seed_ratio", points=1,
+        "seed_ratio", points=1, unit="×",
         prompt="Add 1.0 ten thousand times to an FP16 running total. By what factor is the result "
                "too small (true sum / FP16 result)?",
         expected=lambda: 10_000 / numerics.sequential_sum(1.0, 10_000, "fp16"), rtol=0.01,
@@ -91,7 +91,7 @@ QUESTIONS = [
              "is ≥ 1 and remember ties round to even.",
     ),
     Question(
-        "stall_point", points=1,
+        "stall_point", points=1, unit=NO_UNIT,
         prompt=f"Where does a running FP16 sum of the increment {STALL_CASE[0]} stop growing "
                f"(the value it stalls at)?",
         expected=lambda: numerics.stall_point(*STALL_CASE),
@@ -104,7 +104,7 @@ QUESTIONS = [
              "(the increment itself is first rounded to FP16).",
     ),
     Question(
-        "stall_bf16", points=1,
+        "stall_bf16", points=1, unit=NO_UNIT,
         prompt=f"And a running BF16 sum of {STALL_BF16_CASE[0]}: where does it stall?",
         expected=lambda: numerics.stall_point(*STALL_BF16_CASE),
         mistakes=[Mistake.ratio(8, "That is the FP16 answer; BF16 keeps only 7 stored mantissa bits."),
@@ -112,7 +112,7 @@ QUESTIONS = [
         hint="BF16: spacing 2^(e−7) on [2^e, 2^(e+1)).",
     ),
     Question(
-        "ulp_value", points=1,
+        "ulp_value", points=1, unit=NO_UNIT,
         prompt=f"The spacing between {ULP_CASE[0]:g} and the next larger FP16 number.",
         expected=lambda: numerics.ulp(*ULP_CASE),
         mistakes=[Mistake.ratio(0.5, "That is the spacing on [1024, 2048); 3000 lies in [2048, 4096)."),
@@ -123,7 +123,7 @@ QUESTIONS = [
         hint="Find e with 2^e ≤ x < 2^(e+1); the FP16 spacing there is 2^(e−10).",
     ),
     Question(
-        "kahan_fixes", points=2,
+        "kahan_fixes", points=2, unit=NO_UNIT,
         prompt="For each case, does Kahan summation (every operation in the format) return the exact "
                "sum rounded once to the format? Answer a list of three booleans for: "
                + "; ".join(f"{v:g} added {n:,} times in {d.upper()}" for v, n, d in KAHAN_CASES) + ".",
@@ -137,7 +137,7 @@ QUESTIONS = [
         hint="Try numerics.kahan_sum on each case and compare with the exact sum rounded to the format.",
     ),
     Question(
-        "ring_roundings", points=1,
+        "ring_roundings", points=1, unit="additions",
         prompt=f"In an FP16 ring all-reduce over {RING_RANKS} ranks, through how many FP16 additions "
                f"does one element's sum go? And in a binary tree? Answer [ring, tree].",
         expected=lambda: [RING_RANKS - 1, math.ceil(math.log2(RING_RANKS))],

@@ -121,7 +121,7 @@ def _grade_own_router(answer) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "capacity_switch", points=1,
+        "capacity_switch", points=1, unit="tokens",
         prompt="Expert capacity for a routing group of 4096 tokens, 64 experts, capacity factor 1.25, top-1.",
         expected=lambda: moe.expert_capacity(4096, 64, 1.25), rtol=0, atol=0.5,
         mistakes=[Mistake.ratio(0.8, "That is T/E: multiply by the capacity factor (1.25)."),
@@ -129,7 +129,7 @@ QUESTIONS = [
         hint="Switch eq. 3: capacity = (tokens per group / experts) × capacity factor, rounded up.",
     ),
     Question(
-        "capacity_top2", points=1,
+        "capacity_top2", points=1, unit="tokens",
         prompt="Expert capacity for 2048 tokens, 8 experts, capacity factor 1.25, top-2 routing.",
         expected=lambda: moe.expert_capacity(2048, 8, 1.25, top_k=2), rtol=0, atol=0.5,
         mistakes=[Mistake.ratio(0.5, "Half: with top-2 every token makes two assignments, so the slots double."),
@@ -137,7 +137,7 @@ QUESTIONS = [
         hint="Each token is assigned to k experts: capacity = ⌈k·T·CF/E⌉.",
     ),
     Question(
-        "dropped_cf1", points=2,
+        "dropped_cf1", points=2, unit="tokens",
         prompt=f"A top-1 router sends 1024 tokens to 8 experts with counts {COUNTS}. With capacity "
                f"factor 1.0, how many tokens are dropped?",
         expected=lambda: moe.dropped_tokens(COUNTS, moe.expert_capacity(1024, 8, 1.0)), rtol=0, atol=0.5,
@@ -150,7 +150,7 @@ QUESTIONS = [
         hint="C = ⌈T·CF/E⌉; dropped = Σ_e max(0, count_e − C).",
     ),
     Question(
-        "drop_fraction_cf125", points=1,
+        "drop_fraction_cf125", points=1, unit="fraction",
         prompt="Same counts, capacity factor 1.25: what FRACTION of the 1024 tokens is dropped?",
         expected=lambda: moe.dropped_tokens(COUNTS, moe.expert_capacity(1024, 8, 1.25)) / 1024, rtol=0.01,
         mistakes=[Mistake.ratio(1024, "That is the count; divide by the 1024 tokens."),

@@ -59,7 +59,7 @@ def _grade_kl_fn(fn, draw) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "cost_1t_list", points=1,
+        "cost_1t_list", points=1, unit="USD",
         prompt="The seed's estimate: 1e12 output tokens of Claude Opus 4.6 at $25 per million output tokens. "
                "Dollars?",
         expected=lambda: distill.api_cost(1e12, P_OUT), rtol=0.01,
@@ -71,7 +71,7 @@ QUESTIONS = [
         hint="tokens / 1e6 × price per MTok.",
     ),
     Question(
-        "cost_1t_batch", points=2,
+        "cost_1t_batch", points=2, unit="USD",
         prompt="Same 1e12 output tokens, plus the prompts: 2e11 input tokens at $5/MTok. Everything goes through "
                "the Batch API (50% off the whole bill). Dollars?",
         expected=lambda: distill.api_cost(1e12, P_OUT, 2e11, P_IN, batch_discount=0.5), rtol=0.01,
@@ -85,7 +85,7 @@ QUESTIONS = [
         hint="(output × $25 + input × $5) / 1e6, then × (1 − 0.5).",
     ),
     Question(
-        "cost_hidden_reasoning", points=2,
+        "cost_hidden_reasoning", points=2, unit="USD",
         prompt="A reasoning model thinks 3 hidden tokens for every token it returns, and hidden tokens are "
                "billed as output ($25/MTok) but never returned. You need 1e11 returned tokens to train on; batch "
                "API (50% off); ignore input. Dollars?",
@@ -99,7 +99,7 @@ QUESTIONS = [
         hint="Billed output = returned × (1 + hidden per returned).",
     ),
     Question(
-        "pretrain_70b", points=2,
+        "pretrain_70b", points=2, unit="USD",
         prompt="Pretraining a teacher of 70e9 parameters on 15e12 tokens on H100 SXM (dense BF16 peak 989e12 "
                "FLOP/s) at 40% MFU, with an ASSUMED rental price of $2.00 per GPU-hour. Dollars of GPU time?",
         expected=_pretrain, rtol=0.02,
@@ -113,7 +113,7 @@ QUESTIONS = [
         hint="GPU-hours = 6·N·D / (989e12 × 0.4) / 3600; dollars = GPU-hours × 2.",
     ),
     Question(
-        "break_even_tokens", points=2,
+        "break_even_tokens", points=2, unit="tokens",
         prompt="At what volume of output tokens does buying them at $25/MTok with the 50% batch discount "
                "(ignore input) cost as much as the pretraining run of the previous question? Tokens?",
         expected=_break_even, rtol=0.02,
@@ -124,7 +124,7 @@ QUESTIONS = [
         hint="tokens = pretraining dollars / (dollars per token), with dollars per token = 12.5 / 1e6.",
     ),
     Question(
-        "kl_teacher_student", points=2,
+        "kl_teacher_student", points=2, unit="nats",
         prompt="Teacher next-token distribution p = (0.6, 0.25, 0.1, 0.05), student q = (0.4, 0.3, 0.2, 0.1). "
                "KL(p ‖ q) in nats?",
         expected=lambda: distill.kl_divergence(TEACHER_P, STUDENT_Q), rtol=1e-3,
@@ -137,7 +137,7 @@ QUESTIONS = [
         hint="Σ p·log(p/q) over the four tokens.",
     ),
     Question(
-        "ce_minus_kl", points=1,
+        "ce_minus_kl", points=1, unit="nats",
         prompt="Same p and q: cross-entropy H(p, q) minus KL(p ‖ q), in nats. (Why do the two losses give the "
                "student identical gradients?)",
         expected=lambda: distill.entropy(TEACHER_P), rtol=1e-3,
@@ -150,7 +150,7 @@ QUESTIONS = [
                     "losses have the same gradient.",
     ),
     Question(
-        "topk_tail_mass", points=1,
+        "topk_tail_mass", points=1, unit="fraction",
         prompt="An API returns the top-5 log-probabilities (natural log) at one position: "
                + ", ".join(f"{v}" for v in TOP5_LOGPROBS) + ". What fraction of the teacher's probability "
                "mass is NOT in these 5 tokens?",

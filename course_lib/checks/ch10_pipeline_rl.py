@@ -83,7 +83,7 @@ _E_MAX = LENGTHS.expected_max(SYNC_BATCH)
 
 QUESTIONS = [
     Question(
-        "sync_util_gen", points=2,
+        "sync_util_gen", points=2, unit="fraction",
         prompt=f"Response lengths are {dict(zip(LENGTHS.lengths, LENGTHS.probs))} (tokens: probability). "
                f"A synchronous RL step starts {SYNC_BATCH} sequences together on one generator and waits "
                f"for all of them. What fraction of the generator's slot-steps produce a token?",
@@ -96,7 +96,7 @@ QUESTIONS = [
         hint="Useful work: E[L] per slot. Time: the batch's longest sequence, E[max_16 L] = Σ_l l·(F(l)^16 − F(l−1)^16).",
     ),
     Question(
-        "sync_util_time", points=1,
+        "sync_util_time", points=1, unit="fraction",
         prompt=f"Same step, one decode step takes {T_DECODE * 1e3:g} ms and the optimizer step that "
                f"follows takes {T_TRAIN:g} s, during which the generator idles. Its utilisation over "
                f"the whole RL step?",
@@ -108,7 +108,7 @@ QUESTIONS = [
         hint="E[L]·t / (E[max L]·t + t_train).",
     ),
     Question(
-        "pipeline_period", points=1,
+        "pipeline_period", points=1, unit="s",
         prompt=f"PipelineRL on a cluster of {N_ACTORS} generators × {SLOTS} slots, batches of {BATCH} "
                f"sequences, same lengths and {T_DECODE * 1e3:g} ms per decode step; an optimizer step "
                f"takes {T_TRAIN_CLUSTER:g} s on separate trainer GPUs. Seconds between optimizer steps "
@@ -124,7 +124,7 @@ QUESTIONS = [
         hint="Generation: B·E[L] tokens at n·S tokens per decode step. The period is the slower of that and training.",
     ),
     Question(
-        "lag_inflight", points=2,
+        "lag_inflight", points=2, unit="versions",
         prompt=f"Same cluster, but training is fast: a full batch turns into new weights in use "
                f"{T_DELAY:g} s later. Token-weighted mean policy lag (in versions) under in-flight "
                f"updates, in steady state?",

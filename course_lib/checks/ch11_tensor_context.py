@@ -144,7 +144,7 @@ def _grade_layout(answer) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "act_schemes", points=2,
+        "act_schemes", points=2, unit="bytes",
         prompt="Bytes of activations one layer keeps per GPU (s = 4096, b = 1, h = 5120, a = 40, "
                "Korthikanti et al.'s convention) with: no parallelism; TP 8; TP 8 + SP; TP 8 + SP + "
                "selective recomputation; TP 8 + SP + full recomputation. A list of five numbers.",
@@ -157,7 +157,7 @@ QUESTIONS = [
              "the 5as/h term; full keeps only the layer input, 2sbh/t under SP.",
     ),
     Question(
-        "min_tp_fit", points=2,
+        "min_tp_fit", points=2, unit="GPUs",
         prompt="A model with 80 layers, h = 8192, a = 64, trains at s = 8192, b = 1 without pipeline "
                "parallelism, with sequence parallelism and selective recomputation. Its activations "
                "(all layers) may use 50 GB per GPU. The smallest TP degree in {1, 2, 4, 8} that fits?",
@@ -167,7 +167,7 @@ QUESTIONS = [
         hint="Per layer sbh·34/t bytes with SP + selective; multiply by 80 layers and compare with 50e9.",
     ),
     Question(
-        "tp_bytes_step", points=2,
+        "tp_bytes_step", points=2, unit="bytes",
         prompt="TP 8 on bf16 activations, s = 4096, b = 1, h = 4096. A 32-layer model is cut into 2 "
                "pipeline stages and each step runs 16 microbatches. Bytes one GPU sends in TP "
                "all-reduces per step (forward and backward, ring algorithm)?",

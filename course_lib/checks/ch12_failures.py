@@ -95,7 +95,7 @@ QUESTIONS = [
         hint="Waste per second ≈ δ/τ + τ/(2M); set its derivative to zero.",
     ),
     Question(
-        "policy_goodput", points=2,
+        "policy_goodput", points=2, unit="fraction",
         prompt=f"A job checkpoints every {POLICY['interval_seconds'] / HOUR:g} h of compute; each save "
                f"blocks {SAVE:g} s, each restart takes {POLICY['restart_seconds'] / 60:g} min, and the job "
                f"fails every {MTBF / HOUR:g} h on average. Under the first-order model (a failure loses R "

@@ -58,7 +58,7 @@ def _grade_plan(proposal) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "implied_mfu_8b", points=1,
+        "implied_mfu_8b", points=1, unit="fraction",
         prompt=f"The Llama 3.1 model card gives {L8['gpu_hours'] / 1e6:g}M H100-hours for Llama 3 8B "
                f"({L8['n_params'] / 1e9:g}B parameters) on {L8['n_tokens'] / 1e12:g}T tokens. With 6ND and "
                f"the H100 SXM's dense BF16 peak ({H100.peak('bf16') / 1e12:g} TFLOP/s), what MFU does that "
@@ -82,7 +82,7 @@ QUESTIONS = [
         hint="6 · N_active · D / (peak · MFU), in seconds, then hours.",
     ),
     Question(
-        "mfu_6n", points=1,
+        "mfu_6n", points=1, unit="fraction",
         prompt=f"Megatron-LM's 1T-parameter estimate runs at {MEGATRON_TFLOPS / 1e12:g} TFLOP/s per A100 "
                f"(dense BF16 peak {A100.peak('bf16') / 1e12:g} TFLOP/s), counting 8N FLOP per token because "
                f"full recomputation runs every forward twice. What is its MFU in the 6N convention?",

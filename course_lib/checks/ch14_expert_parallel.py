@@ -76,7 +76,7 @@ def _grade_dispatch(fn, draw) -> tuple[float, str]:
 
 QUESTIONS = [
     Question(
-        "ep_layer_bytes", points=2,
+        "ep_layer_bytes", points=2, unit="bytes",
         prompt="Bytes each GPU sends per MoE layer and microbatch (dispatch + combine, forward and "
                "backward, bf16) for 4096 tokens a GPU, d = 7168, top-8, EP 64, dropless and balanced.",
         expected=lambda: comm.ep_bytes_per_layer(**LAYER), rtol=0.01,
@@ -91,7 +91,7 @@ QUESTIONS = [
              "for the backward); 2 bytes a value.",
     ),
     Question(
-        "ep_capacity_bytes", points=1,
+        "ep_capacity_bytes", points=1, unit="bytes",
         prompt="The same layer with capacity-padded buffers at capacity factor 1.25: bytes a GPU sends.",
         expected=lambda: comm.ep_bytes_per_layer(**LAYER, capacity_factor=1.25), rtol=0.01,
         mistakes=[Mistake.ratio(1 / 1.25, "That is the dropless number: padded buffers always carry "
@@ -99,7 +99,7 @@ QUESTIONS = [
         hint="Each expert's buffer has C = k·T·CF/E slots whether they are full or not.",
     ),
     Question(
-        "ib_bytes_node_limited", points=2,
+        "ib_bytes_node_limited", points=2, unit="bytes",
         prompt="The layer of Q1 on 8 nodes of 8 GPUs with DeepSeek-V3's node-limited routing (each token "
                "goes to at most 4 nodes, one copy per node over InfiniBand): bytes a GPU sends over "
                "InfiniBand per layer and microbatch (forward and backward, dispatch and combine).",
@@ -112,7 +112,7 @@ QUESTIONS = [
         hint="M·(N−1)/N copies a token cross nodes (N = 8 nodes, M = 4); d values each, 2 bytes, four exchanges.",
     ),
     Question(
-        "ep_degree_fits", points=2,
+        "ep_degree_fits", points=2, unit="GPUs",
         prompt="256 experts a layer, 58 MoE layers, 3·7168·2048 parameters an expert; weights and gradients "
                "in bf16 (4 bytes a parameter) may take 48 GB a GPU. Smallest EP degree (a power of two "
                "dividing 256) that fits the expert weights and gradients?",
@@ -123,7 +123,7 @@ QUESTIONS = [
         hint="Total expert bytes / budget, rounded up to the next power of two.",
     ),
     Question(
-        "straggler_cost", points=2,
+        "straggler_cost", points=2, unit="×",
         prompt="In a balanced step the MoE experts take 60 % of the time and everything else 40 %. A hot "
                "expert gives the busiest EP rank 2.5× the mean number of tokens. By what factor does the "
                "step time grow (everyone waits for the busiest rank at the combine)?",

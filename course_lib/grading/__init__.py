@@ -22,8 +22,8 @@ See docs/GRADING.md.
 """
 from course_lib.grading.checker import Checker, load_bank
 from course_lib.grading.generate import MarkerError, exercise_notebook, generate, render
-from course_lib.grading.question import Mistake, Question, Result
+from course_lib.grading.question import NO_UNIT, Mistake, Question, Result
 from course_lib.grading.values import compare
 
-__all__ = ["Question", "Mistake", "Result", "Checker", "load_bank", "compare",
+__all__ = ["Question", "Mistake", "Result", "NO_UNIT", "Checker", "load_bank", "compare",
            "generate", "render", "exercise_notebook", "MarkerError"]

@@ -1,7 +1,9 @@
 """The in-notebook API: ``check = Checker("ch01_flops")`` then ``check("qid", answer)``.
 
-``check(...)`` prints one deterministic verdict line and returns a ``Verdict``: true for full
-marks, and silent as a cell's last value (the line above already said it).
+``check(...)`` prints one deterministic line and returns a ``Verdict``: true for full marks, and
+silent as a cell's last value (the line above already said it). For a value question the line
+shows the answer with its unit before the verdict (``answer = 41.45 days  ✔ days_34b_8t: correct
+(2/2 points)``, see :mod:`course_lib.grading.echo`), so a worked solution shows its result.
 ``check.hint(qid)``, ``check.reveal(qid)`` and ``check.summary()`` help a stuck student.
 
 Graded runs (``python -m course_lib.grading grade``) set ``COURSE_GRADE_MODE=graded`` inside the
@@ -17,6 +19,7 @@ import re
 from typing import Any
 
 from course_lib.grading import remote
+from course_lib.grading.echo import show_answer, with_unit
 from course_lib.grading.question import Question, Result
 from course_lib.grading.values import fmt_num, fmt_points, to_plain
 _CHAPTER = re.compile(r"^[A-Za-z0-9_]+$")
@@ -117,8 +120,9 @@ class Checker:
         return q
 
     def __call__(self, qid: str, answer: Any) -> Verdict | Recorded:
-        """Grade ``answer`` for question ``qid`` and print one line; truthy if full marks. In a
-        graded run: record it for the grader (the last answer to a question counts)."""
+        """Grade ``answer`` for question ``qid`` and print one line (a value question's answer and
+        unit, then the verdict); truthy if full marks. In a graded run: record it for the grader
+        (the last answer to a question counts) and echo nothing of it."""
         if self._recorder is not None:
             self._recorder.answer(self.chapter_id, str(qid), answer)
             print(f"→ {qid}: answer recorded (graded run: scored after the notebook has run)")
@@ -128,7 +132,8 @@ class Checker:
         best = self._best.get(qid)
         if best is None or result.score >= best.score:
             self._best[qid] = result
-        print(result.line())
+        shown = f"answer = {show_answer(answer, q.unit)}  " if q.is_value else ""
+        print(shown + result.line())
         return Verdict(result.correct, result.score, result.points)
 
     def _graded(self, what: str, qid: str) -> bool:
@@ -210,7 +215,7 @@ def _show(value: Any, unit: str = "") -> str:
             return f"({inner})" if isinstance(x, tuple) else f"[{inner}]"
         return repr(x)
 
-    return one(v) + (f" {unit}" if unit else "")
+    return with_unit(one(v), unit)
 
 
 def _tolerance_note(q: Question) -> str:

@@ -29,6 +29,9 @@ from course_lib import _validate
 from course_lib.grading.values import as_number, compare, describe, fmt_points, to_plain
 
 _QID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# ``unit=NO_UNIT``: the answer is no quantity (booleans, strings, a value that is just a number);
+# the default ``unit=None`` means the bank did not say (tests/test_grading_echo.py rejects that)
+NO_UNIT = ""
 
 
 def _cap(msg: str) -> str:
@@ -142,7 +145,7 @@ class Question:
                  expected: Callable[[], Any] | None = None, rtol: float = 1e-6, atol: float = 0.0,
                  mistakes: list[Mistake] | tuple[Mistake, ...] = (), hint: str = "",
                  grader: Callable[[Any], tuple[float, str]] | None = None, explanation: str = "",
-                 unit: str = ""):
+                 unit: str | None = None):
         if not isinstance(qid, str) or not _QID.match(qid):
             raise ValueError(f"qid must be a short identifier (letters, digits, _ . -), got {qid!r}")
         self.qid = qid
@@ -161,6 +164,8 @@ class Question:
         for m in self.mistakes:
             if not isinstance(m, Mistake):
                 raise ValueError(f"question {qid!r}: mistakes must be Mistake objects, got {m!r}")
+        if unit is not None and not isinstance(unit, str):
+            raise ValueError(f"question {qid!r}: unit must be a string (NO_UNIT for none), got {unit!r}")
         self.prompt, self.hint, self.explanation, self.unit = prompt, hint, explanation, unit
         self.expected, self.grader = expected, grader
         self._reference: tuple[Any] | None = None

@@ -51,6 +51,17 @@ def _texts(cell: dict) -> list[str]:
     return out
 
 
+def wrong_lines(output: str) -> list[str]:
+    """The lines of a check cell's output that report a wrong answer: ``✘ qid: ...``, or a value
+    question's ``answer = <value>  ✘ qid: ...`` (the echo never holds two spaces in a row)."""
+    wrong = []
+    for line in output.splitlines():
+        verdict = line.split("  ", 1)[-1] if line.startswith("answer = ") else line
+        if verdict.lstrip().startswith("✘"):
+            wrong.append(line.strip())
+    return wrong
+
+
 def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
     """Run ``path`` (a copy in memory) in practice mode; (every question correct, the report)."""
     import nbformat
@@ -74,7 +85,7 @@ def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
     wrong = []
     for cell in nb.cells[:-1]:
         if cell.cell_type == "code" and "check(" in cell.source:
-            wrong += [t.strip() for t in _texts(cell) if t.lstrip().startswith("✘")]
+            wrong += wrong_lines("".join(_texts(cell)))
     if wrong:
         lines += ["feedback on the wrong answers:", *(f"  {w}" for w in wrong)]
     summaries = []

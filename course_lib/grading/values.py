@@ -140,7 +140,7 @@ def ratio_message(a: float, e: float, rtol: float, atol: float) -> str:
     return msg
 
 
-def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: str = "",
+def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str | None = "", path: str = "",
             graded: bool = False) -> str | None:
     """None if ``ans`` matches ``exp``, else a message saying what is off (``graded``: the kind of
     error only, see :func:`kind_message`).
@@ -159,7 +159,7 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str = "", path: 
     if isinstance(exp, Real):
         a = as_number(ans)
         if a is None:
-            u = f" ({unit})" if unit else ""
+            u = f" ({unit.strip('()')})" if unit else ""
             return f"{at}expected a number{u}, got {describe(ans)}"
         if _isclose(a, float(exp), rtol, atol):
             return None
