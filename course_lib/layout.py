@@ -30,7 +30,9 @@ Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.2178
 group lives inside one node when the degrees inside it multiply to at most the GPUs per node;
 across nodes each GPU gets its share of the node's NICs per group member in the node. TP never
 leaves a node. A layout is refused when the batch is too small for it: DP·m·b·s ≤ B tokens with
-m ≥ PP microbatches per pipeline (chapter 4's floor: PP does not lift it, CP and TP do).
+m ≥ 1 microbatch per pipeline (chapter 4's floor: PP does not lift it, CP and TP do). Fewer
+microbatches than stages are allowed and pay their bubble, (PP−1)/(v·m) of the busy time, as
+Llama 3 ran at its batch limit (arXiv 2407.21783 §3.3.2).
 """
 from __future__ import annotations
 
@@ -116,6 +118,7 @@ class _Job:
     hbm_bandwidth: float = 3.35e12
     tp_overlap: bool = False  # TP collectives hidden behind the layer's GEMMs (Megatron's tp-comm-overlap)
     cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
+    vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -174,6 +177,13 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     first = per_stage if first_layers is None else first_layers  # layers on the first stage
     held = job.L if pp == 1 else first * _in_flight(pp, m, v)
     activations = act * held + (kept if mode == "full" else 0.0)  # + the layer being recomputed
+    if job.vocab:   # the last stage: its layers for one microbatch in flight, and the logits
+        logits = _logits_bytes(s_cp * job.b, job.vocab, tp)
+        if pp == 1:
+            activations += logits
+        else:
+            last = act * first + (kept if mode == "full" else 0.0) + logits
+            activations = max(activations, last)
     # compute: op by op (course_lib.stepmodel), or 6Ψ + 3·attention at a given flat efficiency
     layers = job.L / pp
     t_mb = job.b * s_cp                                           # tokens per microbatch on this GPU
@@ -238,6 +248,12 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
                   states + activations, step, breakdown=breakdown, hidden=hidden)
 
 
+def _logits_bytes(tokens: float, vocab: int, tp: int) -> float:
+    """``memory.logits_bytes`` on checked inputs: 10 bytes per logit (BF16 logits, their FP32 copy
+    and FP32 gradient), vocabulary-parallel over the TP ranks (Megatron-LM's cross-entropy)."""
+    return 10.0 * tokens * vocab / tp
+
+
 def _parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool) -> dict[str, float]:
     """One layer's op times on one GPU for one microbatch (``stepmodel.layer_time``)."""
     return _layer_parts(job.psi, job.L, job.h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
@@ -264,9 +280,11 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
                     continue
                 dp = job.n // (tp * cp * pp)
                 m = int(seqs // (dp * job.b))
-                if m < max(1, pp):                  # the batch floor: m >= pp per pipeline
+                if m < 1:                           # the batch floor: a sequence per replica
                     continue
-                vs = [1] if pp == 1 else [v for v in _INTERLEAVES if v * pp <= job.L and (v == 1 or m % pp == 0)]
+                # m < PP runs, with its bubble (Llama 3 at its batch limit, arXiv 2407.21783 §3.3.2,
+                # whose schedule also lets m be any count when interleaved)
+                vs = [1] if pp == 1 else [v for v in _INTERLEAVES if v * pp <= job.L]
                 for v in vs:
                     for zero in range(job.max_zero + 1):
                         for mode in recompute:
@@ -275,7 +293,8 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
 
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-         sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring") -> _Job:
+         sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
+         vocab_size=None) -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -302,7 +321,8 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 acc.hbm_bytes * fraction("usable_fraction", usable_fraction), positive_int("max_cp", max_cp),
                 zero_stage("max_zero", max_zero), flag("sequence_parallel", sequence_parallel),
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
-                flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")))
+                flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
+                0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2))
 
 
 def _all(job: _Job) -> list[Layout]:
@@ -316,7 +336,8 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  network: Network = DGX_H100_NDR, compute_mfu: float | None = None, usable_fraction: float = 0.9,
                  flash_attention: bool = True, kv_heads: int | None = None,
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
-                 selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring") -> list[Layout]:
+                 selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
+                 vocab_size: int | None = None) -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -332,11 +353,13 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     what-if: 6Ψ + attention at that fraction of peak). ``tp_overlap=True`` hides TP's collectives
     behind the layer's GEMMs (Megatron-LM's ``--tp-comm-overlap``, off by default there);
     ``cp_comm`` is "ring" (K/V passed round behind the attention compute, Megatron-Core's form) or
-    "all_gather" (gathered up front and exposed, as Llama 3 did).
+    "all_gather" (gathered up front and exposed, as Llama 3 did). ``vocab_size`` counts the last
+    stage's logits and cross-entropy (``memory.logits_bytes``, vocabulary-parallel over TP) on top
+    of its layers for one microbatch; left None, logits are not counted.
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size)
     return [x for x in _all(job) if x.fits]
 
 
@@ -346,9 +369,9 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
              compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
-             cp_comm: str = "ring") -> Layout:
+             cp_comm: str = "ring", vocab_size: int | None = None) -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
-    not it fits; it must satisfy the same rules (TP inside a node, m ≥ PP, CP dividing s). Inputs
+    not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
 
     ``trim_first_last=True`` lays the layers out as Llama 3 did (arXiv 2407.21783 §3.3.2, "we
@@ -363,7 +386,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
-        cp_comm=cp_comm)
+        cp_comm=cp_comm, vocab_size=vocab_size)
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
     want = (tp, cp, pp, dp, v, zero, mode)
     first = None
@@ -374,15 +397,12 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
             raise ValueError(f"trim_first_last needs pp >= 3 (a first, a middle and a last stage) and "
                              f"v <= {stage} layers per stage, got pp={pp}, v={v}")
         first = stage - 1
-        seqs_m = int(job.tokens / job.s // (dp * job.b))
-        if v > 1 and seqs_m % pp:
-            raise ValueError(f"v={v}: interleaving needs m ({seqs_m}) a multiple of pp ({pp})")
         want = (tp, cp, pp, dp, 1, zero, mode)      # the other rules, checked as for v = 1
     if want not in set(_candidates(job, (mode,))):
         raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP, CP and PP are powers "
                          f"of two (the degrees the planner searches), TP must divide the heads and the node, "
-                         f"CP the sequence, and each pipeline needs m >= PP microbatches (a multiple of PP "
-                         f"when interleaved)")
+                         f"CP the sequence, each pipeline needs at least one microbatch (DP sequences per "
+                         f"step at most), and v chunks of at least one layer per stage (v·PP <= n_layers)")
     return _evaluate(job, tp, cp, pp, dp, v, zero, mode, first)
 
 
@@ -392,7 +412,8 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
            nics_per_node: int = 8, nic_bits_per_s: float | None = None, kv_heads: int | None = None,
            compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
-           selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring") -> Layout:
+           selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
+           vocab_size: int | None = None) -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
@@ -401,13 +422,13 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:
         small = min(everything, key=lambda x: x.memory_bytes, default=None)
         why = (f"the smallest needs {gb(small.memory_bytes)} per GPU" if small else
-               "the GPU count and the batch floor (m >= PP sequences per pipeline) allow no layout")
+               "the GPU count and the batch floor (a sequence per data-parallel replica) allow no layout")
         if small and small.activation_bytes > small.states_bytes:   # then the width and length are the cause
             why += (f", {gb(small.activation_bytes)} of it activations (d_model={job.h}, "
                     f"seq_len={job.s})")

@@ -201,7 +201,8 @@ def logits_bytes(seq_len: int, micro_batch: int, vocab_size: int, tp: int = 1, v
     Liger Kernel, arXiv 2410.10989): only one chunk of s·b/chunks tokens is ever materialised. At
     Llama 3's 128,256-entry vocabulary and 8K tokens that is 10.5 GB gathered, 1.3 GB vocabulary-
     parallel over TP 8: memory the last pipeline stage holds on top of its layers (Llama 3 gives
-    that stage one layer fewer, arXiv 2407.21783 §3.3.2). The layout planner does not count it yet.
+    that stage one layer fewer, arXiv 2407.21783 §3.3.2). The layout planner counts it on the last
+    stage when given ``vocab_size`` (the planner of chapter 13 always gives it).
     """
     s, b = positive_int("seq_len", seq_len), positive_int("micro_batch", micro_batch)
     v, t = positive_int("vocab_size", vocab_size), positive_int("tp", tp)

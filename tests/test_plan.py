@@ -100,12 +100,12 @@ def test_a_plan_that_does_not_fit_says_how_many_gpus_it_needs():
 
 def test_a_batch_below_the_floor_says_what_batch_would_do():
     with pytest.raises(ValueError, match=r"^global_batch_tokens=8192: batch below the floor") as err:
-        plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, seq_len=8192, global_batch_tokens=8192)
-    assert "× CP 128 = 1024 GPUs, so 4096 GPUs need 4. Raise global_batch_tokens to 32768" in str(err.value)
+        plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, seq_len=8192, global_batch_tokens=8192)
+    assert "× CP 128 × PP 32 = 32768 GPUs, so 131072 GPUs need 4. Raise global_batch_tokens to 32768" in str(err.value)
     # the suggestion is the least batch that plans: one sequence less is still refused
-    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, global_batch_tokens=4 * 8192).dp >= 1
+    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=4 * 8192).dp >= 1
     with pytest.raises(ValueError, match="need 4"):
-        plan(n_params=7e9, n_tokens=1e12, n_gpus=4096, global_batch_tokens=3 * 8192)
+        plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=3 * 8192)
 
 
 def test_cli_prints_the_rendered_plan(capsys):
@@ -237,3 +237,15 @@ def test_held_out_runs_are_reported_apart_with_the_planners_own_mfu():
     assert not {r.name for r in HELD_OUT} & {r.name for r in RUNS}
     s = summary(rows)
     assert s["tests"] == len(HELD_OUT) and s["within"] >= len(HELD_OUT) // 2 + 1   # most, as measured today
+
+
+def test_storage_and_restart_are_the_clusters_inputs():
+    """Chapter 12's two cluster figures are plan inputs: a slower filesystem and a longer restart
+    lower the goodput; a negative restart is refused by name."""
+    base = plan(n_params=70e9, n_tokens=15e12, n_gpus=2048)
+    slow = plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, storage_bytes_per_s=2e11, restart_seconds=3600)
+    assert slow.goodput < base.goodput and slow.restart_s == 3600.0 and slow.save_s > base.save_s
+    with pytest.raises(ValueError, match="restart_seconds"):
+        plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, restart_seconds=-1)
+    with pytest.raises(ValueError, match="storage_bytes_per_s"):
+        plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, storage_bytes_per_s=0)

@@ -135,7 +135,7 @@ EXTREME: dict[str, list[dict[str, str]]] = {
              {"global_batch_tokens": "1.7e308", "n_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"},
              {"n_params": "1e21"}, {"n_tokens": "1e6"}, {"mfu": "1e-300"},
              {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
-             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "16384"},
+             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "131072"},
              {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
 }
 # Extreme inputs that still compute: the page must agree here too.

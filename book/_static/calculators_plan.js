@@ -174,6 +174,11 @@
     else if (mode === "none" && !job.flash) act += 5.0 * job.a * sCp * job.s * job.b / tp;
     var held = pp === 1 ? job.L : perStage * inFlight(pp, m, v);
     var acts = act * held + (mode === "full" ? kept : 0.0);
+    if (job.vocab) {    // the last stage: its layers for one microbatch in flight, and the logits
+      var logits = 10.0 * (sCp * job.b) * job.vocab / tp;
+      if (pp === 1) acts += logits;
+      else acts = Math.max(acts, act * perStage + (mode === "full" ? kept : 0.0) + logits);
+    }
     var layers = job.L / pp, tMb = job.b * sCp, mF = job.tokens / (job.s * dp * job.b);
     var pt = parts(job, tp, cp, tMb, sp);
     var rerun = {none: 0.0, selective: pt.attention_forward, full: pt.forward}[mode];
@@ -222,8 +227,8 @@
         P.pow2.forEach(function (pp) {
           if (!(pp <= job.L) || job.n % (tp * cp * pp)) return;
           var dp = job.n / (tp * cp * pp), m = toInt(floorDiv(seqs, dp * job.b));
-          if (m < Math.max(1, pp)) return;
-          var vs = pp === 1 ? [1] : P.interleave.filter(function (v) { return v * pp <= job.L && (v === 1 || m % pp === 0); });
+          if (m < 1) return;
+          var vs = pp === 1 ? [1] : P.interleave.filter(function (v) { return v * pp <= job.L; });
           vs.forEach(function (v) {
             for (var zero = 0; zero <= job.maxZero; zero++)
               modes.forEach(function (mode) { out.push(evaluate(job, tp, cp, pp, dp, v, zero, mode)); });
@@ -237,12 +242,12 @@
   function shape(x) { return "TP " + x.tp + " · CP " + x.cp + " · PP " + x.pp + (x.v > 1 ? " (v=" + x.v + ")" : "") + " · DP " + x.dp; }
 
   /* layout.layout as plan() calls it: nics_per_node = gpus_per_node, one sequence per microbatch. */
-  function layout(n, nl, h, a, s, batch, nGpus, gpu, g, u) {
+  function layout(n, nl, h, a, s, batch, nGpus, gpu, g, u, vocab) {
     var args = [["n_params", F(n)], ["n_layers", I(nl)], ["d_model", I(h)], ["n_heads", I(a)], ["seq_len", I(s)],
                 ["global_batch_tokens", F(batch)], ["n_gpus", I(nGpus)], ["gpu", gpu], ["gpus_per_node", I(g)],
                 ["nics_per_node", I(g)], ["nic_bits_per_s", F(P.hardware[gpu].nic_bits_per_s)], ["kv_heads", undefined],
                 ["compute_mfu", undefined], ["usable_fraction", F(u)], ["flash_attention", undefined],
-                ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero]];
+                ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero], ["vocab_size", I(vocab)]];
     return checked(args, function () {
       L.positiveInt("n_heads", I(a));
       L.positiveInt("d_model", I(h));
@@ -252,7 +257,7 @@
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));
       var job = {psi: n, L: nl, h: h, a: a, s: s, tokens: batch, n: nGpus, kv: h, b: 1, flash: P.flash_attention,
                  peak: D.accelerators[gpu][P.hardware[gpu].dtype],
-                 hw: P.hardware[gpu],
+                 hw: P.hardware[gpu], vocab: vocab,
                  link: P.hardware[gpu].link_bandwidth, g: g,
                  ringBw: g * (P.hardware[gpu].nic_bits_per_s / 8), usable: P.hardware[gpu].hbm_bytes * u,
                  maxCp: LAYOUT.max_cp.num, maxZero: LAYOUT.max_zero.num};
@@ -263,7 +268,7 @@
         var small = null;
         all.forEach(function (x) { if (!small || x.memory < small.memory) small = x; });
         var why = small ? "the smallest needs " + pyFixed(small.memory / 1e9, 0) + " GB per GPU"
-          : "the GPU count and the batch floor (m >= PP sequences per pipeline) allow no layout";
+          : "the GPU count and the batch floor (a sequence per data-parallel replica) allow no layout";
         if (small && small.activations > small.states)    // then the width and length are the cause
           why += ", " + pyFixed(small.activations / 1e9, 0) + " GB of it activations (d_model=" + L.intRepr(h) +
                  ", seq_len=" + L.intRepr(s) + ")";
@@ -285,7 +290,7 @@
     return [Math.max(1, pyRound(n / (12.0 * d * d))), d, heads];
   }
 
-  function impossible(text, n, nGpus, g, hbm, u, batch, s) {
+  function impossible(text, n, nGpus, g, hbm, u, batch, s, nl) {
     if (text.indexOf("smallest needs") >= 0) {
       var floor = toInt(Math.ceil(16.0 * n / (hbm * u)));
       return "n_gpus=" + nGpus + ": the plan does not fit (" + text + "). The model states alone (16 bytes per " +
@@ -293,10 +298,11 @@
         "more HBM, a shorter seq_len or a larger usable_fraction";
     }
     var seqs = batch / s, cp = Math.max.apply(null, P.pow2.filter(function (c) { return s % c === 0; }));
-    var need = toInt(Math.ceil(nGpus / (g * cp)));
+    var pp = Math.max.apply(null, P.pow2.filter(function (p) { return p <= nl; }));
+    var need = toInt(Math.ceil(nGpus / (g * cp * pp)));
     return "global_batch_tokens=" + pyG(batch) + ": batch below the floor (" + text + "). " + pyG(seqs) + " sequence" +
       (seqs === 1 ? "" : "s") + " per step cannot give every data-parallel replica a sequence: one sequence feeds at " +
-      "most TP " + g + " (a node) × CP " + cp + " = " + L.intRepr(g * cp) + " GPUs, so " + nGpus + " GPUs need " +
+      "most TP " + g + " (a node) × CP " + cp + " × PP " + pp + " = " + L.intRepr(g * cp * pp) + " GPUs, so " + nGpus + " GPUs need " +
       L.intRepr(need) + ". Raise global_batch_tokens to " + pyG(need * s) + " or use fewer GPUs";
   }
 
@@ -331,8 +337,8 @@
            "plan global_batch_tokens, mfu and nic_bits_per_s set the step)");
     if (good <= 0)
       fail("n_gpus=" + nGpus + ": the job fails every " + pyFixed(mtbf / 60, 1) + " minutes on average, less " +
-           "than a restart and half a checkpoint period take: no training progresses. Use fewer GPUs or more " +
-           "reliable ones (gpu_mtbf_seconds)");
+           "than a restart (restart_seconds=" + L.pyFloatRepr(r) + ") and half a checkpoint period take: no training " +
+           "progresses. Use fewer GPUs or more reliable ones (gpu_mtbf_seconds), or a faster restart");
     return {ckpt: ckpt, save: save, mtbf: mtbf, interval: tau, good: good};
   }
 
@@ -365,10 +371,10 @@
              "d_model " + L.intRepr(sh[1]) + ", " + L.intRepr(sh[2]) + " heads) is beyond the layout planner's bounds " +
              "(at most " + P.max_layers + " layers, 2**53 for a width): give n_layers, d_model and n_heads");
       try {
-        best = layout(n, sh[0], sh[1], sh[2], s, batch, nGpus, gpu, g, u);
+        best = layout(n, sh[0], sh[1], sh[2], s, batch, nGpus, gpu, g, u, PLAN.vocab_size.num);
       } catch (e) {
         if (!(e instanceof L.CalcError) || e.message.indexOf("no layout fits") !== 0) throw e;
-        fail(impossible(e.message, n, nGpus, g, P.hardware[gpu].hbm_bytes, u, batch, s));
+        fail(impossible(e.message, n, nGpus, g, P.hardware[gpu].hbm_bytes, u, batch, s, sh[0]));
       }
       var used = auto ? best.mfu : L.utilisation("mfu", v.mfu);
       var dt = P.hardware[gpu].dtype, days = L.trainingDays(F(n), F(d), I(nGpus), F(used), gpu, dt);

@@ -120,12 +120,11 @@ def _grade_layout(answer) -> tuple[float, str]:
         return 0.0, "TP must divide the heads and stay inside an 8-GPU node; CP must divide the sequence."
     seqs = c["global_batch_tokens"] / c["seq_len"]
     m = int(seqs // dp)
-    if m < max(1, pp) or (v > 1 and m % pp):
+    if m < 1:
         return 0.0, (f"The batch has {seqs:.0f} sequences: DP {dp} leaves m = {m} microbatches per pipeline, "
-                     f"fewer than PP = {pp} (or not a multiple of it with interleaving). PP does not lift "
-                     f"the batch floor; TP and CP do.")
+                     f"not even one sequence per replica. PP does not lift the batch floor; TP and CP do.")
     job = _job(c["n_params"], c["n_layers"], c["d_model"], c["n_heads"], c["seq_len"], c["global_batch_tokens"],
-               c["n_gpus"], "H100-SXM", DGX_H100_NDR, 0.5, 0.9, True, c["kv_heads"], 1, 128, 3)
+               c["n_gpus"], "H100-SXM", DGX_H100_NDR, None, 0.9, True, c["kv_heads"], 1, 128, 3)
     mine = _evaluate(job, tp, cp, pp, dp, v, zero, mode)
     if not mine.fits:
         return 0.0, (f"It does not fit: {mine.memory_bytes / 1e9:.0f} GB per GPU (states "
@@ -194,6 +193,7 @@ QUESTIONS = [
                f"all GPUs, fit, respect the batch floor, and be within the model's resolution of the fastest "
                f"step ({100 * CLUSTER_SLACK:.0f}%: its predictions match published runs to ±{100 * TOLERANCE:.0f}%).",
         grader=_grade_layout,
-        hint="Start from layout.layout(**CLUSTER) or plan_layouts and read the explanation; m ≥ PP.",
+        hint="Start from layout.layout(**CLUSTER) or plan_layouts and read the explanation; fewer "
+             "microbatches than stages pay a bubble of (PP−1)/(v·m).",
     ),
 ]

@@ -62,7 +62,7 @@ def audit(proposal: Mapping, *, n_params: float, n_layers: int, d_model: int, n_
           n_gpus: int, kv_heads: int | None = None, gpu: str = "H100-SXM", seq_len: int = 8192,
           max_batch_tokens: float | None = None, deadline_days: float | None = None,
           min_tokens_per_param: float = 0.0, gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S,
-          rtol: float = 0.01, memory_rtol: float = 0.05) -> list[Finding]:
+          rtol: float = 0.01, memory_rtol: float = 0.05, vocab_size: int = 128_256) -> list[Finding]:
     """The five findings (layout, memory, mfu, days, deadline) for ``proposal`` (keys ``REQUIRED``,
     plus ``v`` for the interleave, default 1; a ``Plan``'s own names ``zero_stage`` and ``interleave``
     are read too) on the given model and cluster. A layout that breaks a rule or does not fit leaves
@@ -110,7 +110,7 @@ def audit(proposal: Mapping, *, n_params: float, n_layers: int, d_model: int, n_
         est = estimate(deg["tp"], deg["cp"], deg["pp"], deg["dp"], v=v, zero=proposal["zero"],
                        recompute=proposal["recompute"], n_params=n_params, n_layers=n_layers,
                        d_model=d_model, n_heads=n_heads, kv_heads=kv_heads, seq_len=seq_len,
-                       global_batch_tokens=batch, gpu=gpu)
+                       global_batch_tokens=batch, gpu=gpu, vocab_size=vocab_size)
     except ValueError as e:
         return [Finding("layout", False, str(e))] + \
                [Finding(c, False, "not checked: the layout is not valid") for c in _CHECKS[1:]]

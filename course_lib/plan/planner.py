@@ -100,7 +100,8 @@ def _sizing(compute, n_params, n_tokens, inference_tokens, fit) -> tuple[float, 
 
 
 def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S,
-                   step_seconds: float | None = None) -> tuple[float, float, float, float, float]:
+                   step_seconds: float | None = None, storage_bytes_per_s: float = _STORAGE_BW,
+                   restart_seconds: float = _RESTART_S) -> tuple[float, float, float, float, float]:
     """Chapter 12's stage of the plan: (checkpoint bytes, blocking save s, job MTBF s, checkpoint
     interval s, goodput) for a sharded checkpoint of 14 bytes per parameter written by every rank.
 
@@ -109,21 +110,30 @@ def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA
     sets the period, and the goodput follows from that period. A plan whose step outlasts the
     job's MTBF therefore makes no progress and is refused, instead of showing a checkpoint every
     few minutes beside a step of weeks. Without a step it depends on the size and GPU count only.
+    ``storage_bytes_per_s`` (the filesystem's sustained write rate; Llama 3's Tectonic, 2 TB/s) and
+    ``restart_seconds`` (assumed 10 minutes: no published run states one) are the cluster's own.
     """
     n, n_gpus = positive("n_params", n_params), positive_int("n_gpus", n_gpus)
     gpu_mtbf = positive("gpu_mtbf_seconds", gpu_mtbf_seconds)
     step = None if step_seconds is None else positive("step_seconds", step_seconds)
+    storage = positive("storage_bytes_per_s", storage_bytes_per_s)
+    restart = positive("restart_seconds", restart_seconds, allow_zero=True)
     try:
         ckpt = faults.checkpoint_bytes_per_rank(n, n_gpus, _CKPT_BYTES_PER_PARAM) * n_gpus
-        save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
+        faults.save_seconds(ckpt, n_gpus, _WRITER_BW, _STORAGE_BW)
     except ValueError:
         raise ValueError(f"n_params={n_params!r}: its checkpoint ({_CKPT_BYTES_PER_PARAM:g} bytes per "
                          f"parameter) is more bytes than a float holds") from None
+    try:
+        save = faults.save_seconds(ckpt, n_gpus, _WRITER_BW, storage)
+    except ValueError:
+        raise ValueError(f"storage_bytes_per_s={storage_bytes_per_s!r}: a checkpoint of {ckpt:.3g} bytes at "
+                         f"that rate takes longer than a float holds") from None
     mtbf = faults.cluster_mtbf(gpu_mtbf, n_gpus)      # 0 when 5e-324 s is shared by 8 GPUs
     young = faults.optimal_checkpoint_interval(save, mtbf) if mtbf > 0 else 0.0
     interval = young if step is None else max(young, step)
     period = interval + save
-    good = faults.goodput(interval, save, _RESTART_S, mtbf) if mtbf > 0 and period < math.inf else 0.0
+    good = faults.goodput(interval, save, restart, mtbf) if mtbf > 0 and period < math.inf else 0.0
     if good <= 0 and mtbf > 0 and step is not None and step > young:
         raise ValueError(f"n_gpus={n_gpus}: one step takes {step:g} s and the job fails every {mtbf:g} s on "
                          f"average; a checkpoint can only be taken between steps, so each failure costs a "
@@ -131,13 +141,14 @@ def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA
                          f"job's MTBF longer (gpu_mtbf_seconds)")
     if good <= 0:
         raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
-                         f"than a restart and half a checkpoint period take: no training progresses. "
-                         f"Use fewer GPUs or more reliable ones (gpu_mtbf_seconds)")
+                         f"than a restart (restart_seconds={restart_seconds!r}) and half a checkpoint period "
+                         f"take: no training progresses. Use fewer GPUs or more reliable ones "
+                         f"(gpu_mtbf_seconds), or a faster restart")
     return ckpt, save, mtbf, interval, good
 
 
 def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usable: float,
-                batch: float, seq: int) -> ValueError:
+                batch: float, seq: int, n_layers: int) -> ValueError:
     """The layout planner's refusal, with what would make the plan possible."""
     text = str(exc)
     if "smallest needs" in text:
@@ -148,10 +159,11 @@ def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usab
                           f"usable_fraction")
     seqs = batch / seq
     cp = max(c for c in _POW2 if seq % c == 0)     # the largest CP degree the layout planner tries
-    need = math.ceil(n_gpus / (g * cp))
+    pp = max(p for p in _POW2 if p <= n_layers)     # and PP degree (one microbatch, mostly bubble)
+    need = math.ceil(n_gpus / (g * cp * pp))
     return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequence"
                       f"{'' if seqs == 1 else 's'} per step cannot give every data-parallel replica a sequence: one sequence feeds at "
-                      f"most TP {g} (a node) × CP {cp} = {g * cp} GPUs, so {n_gpus} GPUs need {need}. Raise "
+                      f"most TP {g} (a node) × CP {cp} × PP {pp} = {g * cp * pp} GPUs, so {n_gpus} GPUs need {need}. Raise "
                       f"global_batch_tokens to {need * seq:g} or use fewer GPUs")
 
 
@@ -180,7 +192,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          n_layers: int | None = None, d_model: int | None = None, n_heads: int | None = None,
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
-         usable_fraction: float = 0.9) -> Plan:
+         usable_fraction: float = 0.9, storage_bytes_per_s: float = _STORAGE_BW,
+         restart_seconds: float = _RESTART_S) -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -191,6 +204,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     HDR 200 Gb/s for A100 clusters, NDR 400 Gb/s for H100). The
     sizing fit defaults to Besiroglu et al.'s refit, the one that agrees with ~20 tokens per
     parameter (chapter 2; Hoffmann's rounded constants print ~100 at 1e24 FLOP).
+    ``storage_bytes_per_s`` and ``restart_seconds`` are the cluster's checkpoint write rate and
+    restart time (chapter 12); the defaults are Llama 3's Tectonic rate and a 10-minute restart.
     """
     n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
     acc = lookup("gpu", gpu)
@@ -218,11 +233,11 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
                       nics_per_node=g if nics_per_node is None else nics_per_node,
                       nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
-                      kv_heads=kv_heads, usable_fraction=u)
+                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise
-        raise _impossible(exc, n, n_gpus, g, acc.hbm_bytes, u, batch, s) from None
+        raise _impossible(exc, n, n_gpus, g, acc.hbm_bytes, u, batch, s, L) from None
     # chapter 1: MFU → step, days, GPU-hours, cost
     used = best.mfu if mfu is None else utilisation("mfu", mfu)
     days = flops.training_days(n, d, n_gpus, used, gpu=acc.name, dtype=acc.training_dtype)
@@ -230,7 +245,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     gpu_hours = days * 24.0 * n_gpus
     # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
     try:
-        ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds, step_s)
+        ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds, step_s,
+                                                          storage_bytes_per_s, restart_seconds)
     except ValueError as exc:    # a step longer than the MTBF: say which inputs set the step
         if "one step takes" not in str(exc):
             raise
@@ -252,7 +268,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         step_s=step_s, steps=d / batch, days=days, gpu_hours=gpu_hours,
         price_per_gpu_hour=price, cost=gpu_hours * price,
         checkpoint_bytes=ckpt, save_s=save, mtbf_s=mtbf, checkpoint_interval_s=interval,
-        restart_s=_RESTART_S, goodput=good, wall_days=days / good,
+        restart_s=float(restart_seconds), goodput=good, wall_days=days / good,
         loader_tokens_per_s=tokens_per_s, loader_bytes_per_s=tokens_per_s * bytes_per_token,
         bytes_per_token=bytes_per_token, dtype=dtype,
         caveats=_caveats(dtype, best.microbatches, best.dp * best.cp, acc.name),

@@ -27,6 +27,14 @@ _CARD = "Llama 3.1 model card (meta-llama/llama-models, models/llama3_1/MODEL_CA
 _L3_TABLE3 = "shape: arXiv 2407.21783 Table 3"
 
 
+# Vocabularies in the shapes (for the last stage's logits): Llama 3 128,256 (arXiv 2407.21783 §3.1.1,
+# Table 3), DeepSeek-V3 129,280 (its released config; "128K" in arXiv 2412.19437 §4.1), PaLM 256k
+# SentencePiece (arXiv 2204.02311 §3), GPT-3-sized runs GPT-2's 50,257 BPE (arXiv 2005.14165 §2.1),
+# OPT 50,272 (its released configs), BLOOM 250,680 (arXiv 2211.05100 §3.3.2), Megatron-LM 51,200
+# (GPT-2's padded to a multiple of 1,024, arXiv 2104.04473 §5), LLaMA and Llama 2 32,000
+# (arXiv 2302.13971 §2.1; arXiv 2307.09288 §2.1).
+
+
 @dataclass(frozen=True)
 class Run:
     """One published run: size (the parameters a token uses, for 6ND), tokens, cluster, MFU, the
@@ -50,7 +58,7 @@ class Run:
     identity: str = ""     # why, given the published MFU, the ratio restates the run's own arithmetic
 
 
-_LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20)
+_LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20, vocab_size=128_256)   # Table 3: 128K tokens
 RUNS: tuple[Run, ...] = (
     Run("Llama 3 8B", 8.03e9, 15e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from the 405B (none published)",
         1.46e6, "gpu_hours", f"{_CARD}: GPU-hours and tokens (a model card, not the paper); {_L3_TABLE3}",
@@ -96,7 +104,8 @@ RUNS: tuple[Run, ...] = (
         "planner would be ~18x too high). The published total also holds context extension and "
         "post-training (0.124M hours; against the 2.664M of pre-training alone the ratio is ~0.86), and the "
         "MFU is borrowed: FP8 matmuls and the MoE all-to-all move the real one both ways.",
-        dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096),
+        dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096,
+             vocab_size=129_280),
         "PP 16 · EP 64 · ZeRO-1 DP, no TP"),
     Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published, without attention (46.2 % with it, HFU 57.8 %)",
         1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 (layout, chips, 1,200 h on 6,144 "
@@ -111,7 +120,7 @@ RUNS: tuple[Run, ...] = (
         "The published hours include downtime and repeated steps (PaLM rolled back ~20 times around loss "
         "spikes, chapter 6) and the early small-batch phase; the 45.7 % is a steady-state figure.",
         dict(n_layers=118, d_model=18432, n_heads=48, kv_heads=1, seq_len=2048, global_batch_tokens=2048 * 2048,
-             gpus_per_node=4),
+             gpus_per_node=4, vocab_size=256_000),
         "MP 12 · PP 1 · DP 256 (FSDP) per pod, x2 pods"),
     Run("MegaScale 175B", 175e9, 300e9, "A100", 12288, 0.552, "published MFU",
         1.75, "days", "arXiv 2402.15627 abstract (55.2 % MFU on 12,288 GPUs, a 175B model); the 1.75 days "
@@ -125,7 +134,8 @@ RUNS: tuple[Run, ...] = (
         "Within reach at the published MFU. The planner's own MFU estimate is lower: MegaScale's 55.2 % is "
         "what its overlap engineering (parallel transformer block, sliding-window attention, overlapped "
         "DP/PP communication) buys over the stock layout the planner models.",
-        dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=6144 * 2048),
+        dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=6144 * 2048,
+             vocab_size=50_257),
         identity="its 1.75 days are 6ND / (GPUs x peak x 55.2 %): given that MFU, the planner's days equal them by construction"),
     Run("OPT-175B", 175e9, 180e9, "A100", 992, 147e12 / 312e12, "up to 147 TFLOP/s per GPU (§2.4)",
         None, None, "arXiv 2205.01068 §2.4 (992 80GB A100, FSDP with Megatron-LM TP, up to 147 TFLOP/s per "
@@ -135,7 +145,8 @@ RUNS: tuple[Run, ...] = (
         "35 manual restarts over 2 months); Table 1's shape and batch in a summary of the paper. The paper "
         "states neither the TP degree nor a total GPU-hours figure (a talk's ~56 days is not in it: not "
         "used), nor how the 147 TFLOP/s are counted.",
-        "", dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=1024 * 2048),
+        "", dict(n_layers=96, d_model=12288, n_heads=96, seq_len=2048, global_batch_tokens=1024 * 2048,
+                 vocab_size=50_272),
         "FSDP + Megatron TP (degree not stated)"),
     Run("BLOOM-176B", 176.2e9, 366e9, "A100", 384, 156e12 / 312e12, "156 TFLOP/s per GPU (GENCI, a blog figure)",
         1_082_990, "gpu_hours", "arXiv 2211.05100 (384 A100 80GB, 366B tokens, 1,082,990 compute hours); "
@@ -149,7 +160,8 @@ RUNS: tuple[Run, ...] = (
         "The 156 TFLOP/s is Megatron-DeepSpeed's count, which includes the recomputed forward when "
         "activation checkpointing is on (BigScience's throughput formula multiplies by 4, not 3, then; the "
         "training script turns checkpointing on): 8N, not 6N, so x3/4 for MFU. The 3.5 months also held restarts.",
-        dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048),
+        dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048,
+             vocab_size=250_680),
         "TP 4 · PP 12 · DP 8, ZeRO-1"),
     Run("Megatron-LM 1T", 1008e9, 450e9, "A100", 3072, 163e12 / 312e12, "163 TFLOP/s per GPU, 52 % of peak (Table 1)",
         84, "days", "arXiv 2104.04473 Table 1 (shape, layout, throughput) and §5.1 (the 84-day estimate for "
@@ -162,7 +174,7 @@ RUNS: tuple[Run, ...] = (
         "Megatron-LM counts the recomputed forward (its estimate is 8TP/(nX), not 6TP/(nX)) and the "
         "attention and logit FLOPs in its 163 TFLOP/s: in 6N terms the MFU is ~3/4 of 52 %.",
         dict(n_layers=128, d_model=25600, n_heads=160, seq_len=2048, global_batch_tokens=3072 * 2048,
-             nic_bits_per_s=200e9),
+             nic_bits_per_s=200e9, vocab_size=51_200),
         "TP 8 · PP 64 · DP 6",
         identity='its 84 days are 8TP/(nX) from the same 163 TFLOP/s: given that figure as MFU the ratio is 6/8 by construction'),
     Run("GPT-3 175B", 174.6e9, 300e9, None, None, None, "", 3.14e23, "flops",
@@ -222,16 +234,16 @@ _L2_SEEN = ("GPU-hours 184,320 / 368,640 / 1,720,320 and the 200 Gb/s endpoints 
             "counts not published: 2048 assumed (RoCE 'scaled almost as well as InfiniBand up to 2000 GPUs').")
 HELD_OUT: tuple[Run, ...] = (
     Run("LLaMA 13B", 13.0e9, 1.0e12, "A100", 2048, None, "none published", 135_168, "gpu_hours", _L1, _L1_SEEN,
-        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, global_batch_tokens=4e6)),
+        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000)),
     Run("LLaMA 65B", 65.2e9, 1.4e12, "A100", 2048, None, "none published", 1_022_362, "gpu_hours", _L1, _L1_SEEN,
-        shape=dict(n_layers=80, d_model=8192, n_heads=64, seq_len=2048, global_batch_tokens=4e6)),
+        shape=dict(n_layers=80, d_model=8192, n_heads=64, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000)),
     Run("Llama 2 7B", 6.74e9, 2.0e12, "A100", 2048, None, "none published", 184_320, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20)),
+        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
     Run("Llama 2 13B", 13.0e9, 2.0e12, "A100", 2048, None, "none published", 368_640, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20)),
+        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
     Run("Llama 2 70B", 69.0e9, 2.0e12, "A100", 2048, None, "none published", 1_720_320, "gpu_hours", _L2, _L2_SEEN,
         shape=dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, seq_len=4096,
-                   global_batch_tokens=4 * 2 ** 20)),
+                   global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
 )
 
 
