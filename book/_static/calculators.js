@@ -517,11 +517,11 @@
     checkpoint: {
       title: "Checkpoint interval and goodput",
       fields: function () {
-        return [text("gpu_mtbf_seconds", "one GPU's MTBF, seconds (Llama 3's)", D.faults.gpu_mtbf_seconds),
+        return [text("gpu_mtbf_seconds", "one GPU's MTBF in s (Llama 3's)", D.faults.gpu_mtbf_seconds),
                 text("n_gpus", "GPUs in the job", D.faults.n_gpus),
-                text("save_seconds", "a save blocks training δ, seconds", "120"),
-                text("restart_seconds", "a restart takes R, seconds (assumed)", D.faults.restart_seconds),
-                text("interval_seconds", "compute between saves τ, seconds (auto = Young's)", "auto")];
+                text("save_seconds", "a save blocks training δ, s", "120"),
+                text("restart_seconds", "a restart takes R, s (assumed)", D.faults.restart_seconds),
+                text("interval_seconds", "compute between saves τ, s (auto = Young's)", "auto")];
       },
       run: function (v) {
         var r = checkpointing(v), minutes = function (x) { return fmt(x / 60, " min"); };
