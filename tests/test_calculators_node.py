@@ -71,7 +71,7 @@ def test_ports_agree_with_course_lib_outside_a_browser(tmp_path: Path) -> None:
         if want is None:
             raised[name] += 1
             assert got["error"] == message, f"{where}: JS {got['error']!r}, Python {message!r}"
-            field, = case if len(case) == 1 else [None]
+            field = next(iter(case)) if len(case) == 1 else None    # one bad field typed
             if field and case[field] in ("", "abc", "NaN", "-1") and not (
                     case[field] == "" and field in EMPTY_OK.get(name, ())):
                 assert message.startswith(field + " "), f"{where}: the message does not name {field}"
