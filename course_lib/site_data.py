@@ -10,7 +10,7 @@ import dataclasses
 import inspect
 import json
 
-from . import distill, flops, hardware, layout, network, scaling, stepmodel
+from . import distill, faults, flops, hardware, layout, memory, network, scaling, stepmodel
 from ._validate import MAX_INT
 from .data.tokenize import token_dtype
 from .plan import planner
@@ -56,6 +56,16 @@ def _plan_data() -> dict:
     }
 
 
+def _faults_data() -> dict:
+    """Chapter 12's form starts at Llama 3's scale: the per-GPU MTBF its 419 unexpected
+    interruptions imply (four digits, as a float literal the field shows), its GPU count, and the
+    restart time the planner assumes."""
+    l3 = faults.LLAMA3
+    gpu_mtbf = faults.implied_gpu_mtbf(l3["unexpected"], l3["days"] * flops.SECONDS_PER_DAY, l3["n_gpus"])
+    return {"gpu_mtbf_seconds": f"{gpu_mtbf:.4g}", "n_gpus": str(l3["n_gpus"]),
+            "restart_seconds": repr(planner._RESTART_S)}
+
+
 def calculator_data() -> dict:
     """Plain-JSON constants for the chapter calculators (peaks, aliases, fits, limits, planner)."""
     return {
@@ -71,6 +81,8 @@ def calculator_data() -> dict:
         "cache_read_multiplier": inspect.signature(distill.distillation_cost).parameters["cache_read_multiplier"].default,
         "max_int": MAX_INT,
         "plan": _plan_data(),
+        "recompute": list(memory.RECOMPUTE),
+        "faults": _faults_data(),
     }
 
 

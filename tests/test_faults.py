@@ -86,6 +86,7 @@ def test_a_sync_gathered_save_of_405b_is_unaffordable_and_a_sharded_async_one_is
 @pytest.mark.parametrize("call, name", [
     (lambda: faults.cluster_mtbf(0, 8), "gpu_mtbf_seconds"),
     (lambda: faults.cluster_mtbf(1e8, 2.5), "n_gpus"),
+    (lambda: faults.cluster_mtbf(5e-324, 2), "gpu_mtbf_seconds"),   # the quotient underflows to 0
     (lambda: faults.optimal_checkpoint_interval(-1, 1e4), "save_seconds"),
     (lambda: faults.optimal_checkpoint_interval(10, math.nan), "mtbf_seconds"),
     (lambda: faults.goodput(0, 10, 0, 1e4), "interval_seconds"),

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
 
-from course_lib import distill, flops, hardware, memory, pipeline, scaling
+from course_lib import comm, distill, faults, flops, hardware, memory, pipeline, scaling
 from course_lib.plan import planner
 from course_lib.site_data import calculator_data
 
@@ -54,12 +54,33 @@ PLAN_OUTPUTS = ("layout_shape", "zero_stage", "recompute", "microbatches", "memo
                 "mfu_estimate", "step_s", "days", "gpu_hours", "cost", "checkpoint_interval_s", "goodput",
                 "wall_days", "loader_tokens_per_s")
 AUTO = ("", "auto")
-EMPTY_OK = {"plan": {"mfu"}}    # fields where an empty entry is valid (it means "auto")
+NONE = ("", "none")    # chapter 14's optional fields read empty or "none" as None (dropless, any node)
+# fields where an empty entry is valid (it means "auto" or None)
+EMPTY_OK = {"plan": {"mfu"}, "checkpoint": {"interval_seconds"}, "all_to_all": {"capacity_factor", "max_nodes"}}
 
 
 def _plan(v: dict[str, Any]) -> dict[str, Any]:
     r = planner.plan(**{k: x for k, x in v.items() if k != "mfu"}, mfu=None if v["mfu"] in AUTO else v["mfu"])
     return {k: getattr(r, k) for k in PLAN_OUTPUTS}
+
+
+def _checkpoint(v: dict[str, Any]) -> dict[str, float]:
+    """Chapter 12's form: the job's MTBF, Young's and Daly's intervals, the goodput at the interval
+    typed (auto: Young's), each course_lib call in the order the page makes them."""
+    mtbf = faults.cluster_mtbf(v["gpu_mtbf_seconds"], v["n_gpus"])
+    young = faults.optimal_checkpoint_interval(v["save_seconds"], mtbf)
+    daly = faults.daly_checkpoint_interval(v["save_seconds"], mtbf)
+    tau = young if v["interval_seconds"] in AUTO else v["interval_seconds"]
+    return {"mtbf_seconds": mtbf, "young_seconds": young, "daly_seconds": daly,
+            "goodput": faults.goodput(tau, v["save_seconds"], v["restart_seconds"], mtbf)}
+
+
+def _all_to_all(v: dict[str, Any]) -> dict[str, float]:
+    cf, m = (None if v[k] in NONE else v[k] for k in ("capacity_factor", "max_nodes"))
+    total = comm.ep_bytes_per_layer(v["tokens"], v["d_model"], v["top_k"], v["ep"], cf, v["bytes_per_value"])
+    wires = comm.ep_node_bytes(v["tokens"], v["d_model"], v["top_k"], v["ep"], v["gpus_per_node"], m,
+                               v["bytes_per_value"])
+    return {"bytes": total, "nvlink_bytes": wires[0], "ib_bytes": wires[1]}
 
 
 # calculator -> (page, the course_lib call behind it: field values -> {output key: number or string})
@@ -82,6 +103,14 @@ CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]]
         "dollars": distill.api_cost(v["output_tokens"], v["price_out_per_mtok"], v["input_tokens"],
                                     v["price_in_per_mtok"], v["batch_discount"])}),
     "plan": ("book/13_plan", _plan),
+    "activation": ("book/11_tensor_context", lambda v: {
+        "activation_bytes": memory.activation_bytes_per_layer(
+            v["seq_len"], v["micro_batch"], v["d_model"], v["n_heads"], v["tp"],
+            {"True": True, "False": False}[v["sequence_parallel"]], v["recompute"]),
+        "tp_bytes": comm.tp_bytes_per_layer(v["seq_len"], v["micro_batch"], v["d_model"], v["tp"],
+                                            v["bytes_per_value"])}),
+    "checkpoint": ("book/12_failures", _checkpoint),
+    "all_to_all": ("book/14_expert_parallel", _all_to_all),
 }
 
 # Values per field for the grid (a sample of their product); selects take their option values.
@@ -109,8 +138,25 @@ GRIDS: dict[str, dict[str, list[str]]] = {
              "gpus_per_node": ["8", "4", "72"], "seq_len": ["4096", "8192", "131072"],
              "global_batch_tokens": ["4194304", "16777216", "65536"], "mfu": ["auto", "", "0.45", "0.38"],
              "price_per_gpu_hour": ["2.0", "3.5"]},
+    # GPT-3's and Llama 3 405B's widths, 1 to 128K tokens; a TP degree that does not divide the heads
+    "activation": {"seq_len": ["1", "2048", "8192", "131072"], "micro_batch": ["1", "4", "16"],
+                   "d_model": ["64", "4096", "12288", "16384"], "n_heads": ["1", "8", "96", "128"],
+                   "tp": ["1", "2", "8", "3", "16"], "sequence_parallel": ["False", "True"],
+                   "recompute": ["none", "selective", "full"], "bytes_per_value": ["2", "4", "1"]},
+    # one GPU failing every 11 days to every 30,000 years, 1 to a million GPUs; τ auto or typed
+    "checkpoint": {"gpu_mtbf_seconds": ["1e6", "1.824e+08", "3.15e7", "1e12"],
+                   "n_gpus": ["1", "8", "16384", "100000", "1000000"], "save_seconds": ["0.1", "10", "120", "3600"],
+                   "restart_seconds": ["0", "600.0", "3600"], "interval_seconds": ["auto", "", "60", "1800", "1e6"]},
+    # DeepSeek-V3's shape and smaller; an ep the node does not divide, max_nodes beyond the nodes or top_k
+    "all_to_all": {"tokens": ["1", "4096", "65536"], "d_model": ["1", "4096", "7168"], "top_k": ["1", "2", "8"],
+                   "ep": ["1", "8", "64", "256", "12"], "capacity_factor": ["none", "", "1.0", "1.25", "2"],
+                   "gpus_per_node": ["1", "4", "8", "72"], "max_nodes": ["none", "1", "4", "8"],
+                   "bytes_per_value": ["2", "1"]},
 }
-SAMPLE = {"plan": 200}    # grid points driven per calculator (default 600): each plan is a layout search
+# grid points driven per calculator (default 600): each plan is a layout search; chapters 11, 12 and
+# 14's ports also run on 2,000 points of their grids in Node (tests/test_calculators_node.py), so the
+# page drives fewer here, enough for the form's wiring
+SAMPLE = {"plan": 200, "activation": 150, "checkpoint": 150, "all_to_all": 150}
 # Typed into one field at a time (the others at their defaults). The first five are the issue's.
 BAD = ["0", "-1", "", "abc", "NaN", "nan", "inf", "-inf", "1e400", "2.5", "-0.0", "45", "0.0", "1e20",
        " 8 ", "1_000", "1" + "0" * 400, "'quoted'", "9007199254740993", "1e-320",
@@ -137,6 +183,14 @@ EXTREME: dict[str, list[dict[str, str]]] = {
              {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
              {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "131072"},
              {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
+    # TP bytes overflow (t = 1: 0 · inf), heads that tp does not divide, a count past 2**53
+    "activation": [{"bytes_per_value": "1e308"}, {"bytes_per_value": "1e308", "tp": "1"}, {"tp": "7"},
+                   {"n_heads": "9007199254740993"}],
+    # the job's MTBF underflows to 0; Young's √(2δ) overflows
+    "checkpoint": [{"gpu_mtbf_seconds": "5e-324", "n_gpus": "2"}, {"save_seconds": "1e308"}],
+    "all_to_all": [{"bytes_per_value": "1e308"}, {"capacity_factor": "1e308"}, {"tokens": "9007199254740992",
+                   "d_model": "9007199254740992", "bytes_per_value": "1e280"}, {"gpus_per_node": "3"},
+                   {"max_nodes": "16"}, {"ep": "8", "gpus_per_node": "8", "max_nodes": "2"}],
 }
 # Extreme inputs that still compute: the page must agree here too.
 EXTREME_OK: dict[str, list[dict[str, str]]] = {
@@ -148,6 +202,14 @@ EXTREME_OK: dict[str, list[dict[str, str]]] = {
     "distill": [{"visible_tokens": "1e-300"}],
     "plan": [{"n_params": "1", "n_tokens": "1", "n_gpus": "1", "seq_len": "1", "global_batch_tokens": "1"},
              {"mfu": "1e-3"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"}],
+    "activation": [{"seq_len": "9007199254740992", "micro_batch": "9007199254740992", "d_model": "9007199254740992"},
+                   {"bytes_per_value": "5e-324"}, {"tp": "96", "sequence_parallel": "True", "recompute": "full"}],
+    # a period past a float's range trains nothing (goodput 0); a restart longer than the MTBF too
+    "checkpoint": [{"gpu_mtbf_seconds": "1e308", "n_gpus": "1", "save_seconds": "1e-300"},
+                   {"interval_seconds": "1.7e308", "save_seconds": "1e307"}, {"restart_seconds": "1e308"},
+                   {"gpu_mtbf_seconds": "5e-324", "n_gpus": "1", "save_seconds": "5e-324"}],
+    "all_to_all": [{"bytes_per_value": "5e-324"}, {"tokens": "9007199254740992", "d_model": "9007199254740992"},
+                   {"ep": "1", "gpus_per_node": "1", "max_nodes": "1"}, {"capacity_factor": "5e-324"}],
 }
 
 # Fill the named fields (the rest keep their defaults), fire one `input` event, read the result.
@@ -289,7 +351,16 @@ def test_script_types_no_constant() -> None:
     assert set(data["fits"]) | {"tokens_per_param"} == set(data["fit_names"]) == set(scaling.FIT_NAMES)
 
 
-def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
+def _by_page() -> dict[str, list[str]]:
+    """The calculators of each page, so a page with two is loaded once."""
+    pages: dict[str, list[str]] = {}
+    for name, (docname, _) in CALCULATORS.items():
+        pages.setdefault(docname, []).append(name)
+    return pages
+
+
+def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path,  # noqa: F811
+                                  pages: Callable[[str], Any]) -> None:
     """Tab reaches every field in order, typing updates the result, and the block fits 390 px."""
     if not (html_dir / "book/05_pipeline.html").is_file():
         pytest.skip("no chapter 5 in this build")
@@ -310,15 +381,25 @@ def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path) -
         page.keyboard.press("Control+A")
         page.keyboard.type("0")
         assert page.text_content(f"{box} .course-calc-error") == "m must be >= 1, got 0"
-        for name, (docname, _) in CALCULATORS.items():
-            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
-            fit = page.evaluate("""(sel) => { const b = document.querySelector(sel).getBoundingClientRect();
-                const e = document.querySelector(sel);
-                return {right: b.right, width: innerWidth, overflow: e.scrollWidth - e.clientWidth}; }""",
-                                f'div.course-calc[data-calc="{name}"]')
-            assert fit["right"] <= fit["width"] and fit["overflow"] <= 1, f"{name} at 390 px: {fit}"
     finally:
         context.close()
+    # each page already open at 1280 px narrowed to a phone's 390 (a reflow, not a reload), its
+    # calculators back at their defaults
+    for docname, names in _by_page().items():
+        if not (html_dir / f"{docname}.html").is_file():
+            continue
+        page = pages(docname)
+        page.set_viewport_size({"width": 390, "height": 844})
+        try:
+            for name in names:
+                page.evaluate(DRIVE, [name, [{}]])
+                fit = page.evaluate("""(sel) => { const b = document.querySelector(sel).getBoundingClientRect();
+                    const e = document.querySelector(sel);
+                    return {right: b.right, width: innerWidth, overflow: e.scrollWidth - e.clientWidth}; }""",
+                                    f'div.course-calc[data-calc="{name}"]')
+                assert fit["right"] <= fit["width"] and fit["overflow"] <= 1, f"{name} at 390 px: {fit}"
+        finally:
+            page.set_viewport_size({"width": 1280, "height": 900})
 
 
 def test_pages_read_without_javascript(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
@@ -326,12 +407,14 @@ def test_pages_read_without_javascript(browser: Any, site_url: str, html_dir: Pa
     context = browser.new_context(java_script_enabled=False)
     try:
         page = context.new_page()
-        for name, (docname, _) in CALCULATORS.items():
+        for docname, names in _by_page().items():
             if not (html_dir / f"{docname}.html").is_file():
                 continue
-            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
-            text = page.text_content(f'div.course-calc[data-calc="{name}"]')
-            assert "appears here when JavaScript runs" in text, name
+            # the fallback is in the HTML itself: no need to wait for the page's images and fonts
+            page.goto(f"{site_url}/{docname}.html", wait_until="domcontentloaded", timeout=30_000)
+            for name in names:
+                text = page.text_content(f'div.course-calc[data-calc="{name}"]')
+                assert "appears here when JavaScript runs" in text, name
     finally:
         context.close()
 

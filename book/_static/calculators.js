@@ -282,6 +282,110 @@
     });
   }
 
+
+  // chapters 11, 12 and 14: activation memory and TP traffic, checkpoints and goodput, the all-to-all
+  function asFloat(x) { return {isNum: true, isInt: false, num: x, repr: pyFloatRepr(x)}; }    // a computed float
+  function isNone(f) { return !f.isNum && (f.repr === "''" || f.repr === "'none'"); }    // "" or none: Python's None
+  function ring(kind, size, n) { return (kind === "all_reduce" ? 2.0 : 1.0) * (n - 1) / n * size; }    // comm._ring
+
+  function activationBytesPerLayer(sF, bF, hF, aF, tF, sp, mode) {    // memory.activation_bytes_per_layer
+    var args = [["seq_len", sF], ["micro_batch", bF], ["d_model", hF], ["n_heads", aF], ["tp", tF],
+                ["sequence_parallel", sp], ["recompute", mode]];
+    return calculator(args, function () {
+      var s = positiveInt("seq_len", sF), b = positiveInt("micro_batch", bF), h = positiveInt("d_model", hF);
+      var a = positiveInt("n_heads", aF), t = positiveInt("tp", tF);
+      choice("recompute", mode, D.recompute);
+      if (a % t) fail("tp (" + t + ") must divide n_heads (" + a + "): tensor parallelism gives each rank whole attention heads");
+      var sbh = s * b * h, tSp = sp ? t : 1;    // memory._activation_bytes
+      if (mode === "full") return 2.0 * sbh / tSp;
+      var linear = sbh * (10.0 / tSp + 24.0 / t);
+      return mode === "selective" ? linear : linear + 5.0 * a * s * s * b / t;
+    });
+  }
+
+  function tpBytesPerLayer(sF, bF, hF, tF, vF) {    // comm.tp_bytes_per_layer
+    var args = [["seq_len", sF], ["micro_batch", bF], ["d_model", hF], ["tp", tF], ["bytes_per_value", vF]];
+    return calculator(args, function () {
+      var s = positiveInt("seq_len", sF), b = positiveInt("micro_batch", bF), h = positiveInt("d_model", hF);
+      var t = positiveInt("tp", tF), v = positive("bytes_per_value", vF);
+      return 4 * ring("all_reduce", s * b * h * v, t);
+    });
+  }
+
+  function clusterMtbf(mF, nF) {    // faults.cluster_mtbf
+    return calculator([["gpu_mtbf_seconds", mF], ["n_gpus", nF]], function () {
+      var job = positive("gpu_mtbf_seconds", mF) / positiveInt("n_gpus", nF);
+      if (job === 0)
+        fail("gpu_mtbf_seconds=" + mF.repr + ", n_gpus=" + nF.repr + ": the job's MTBF gpu_mtbf_seconds / n_gpus " +
+             "underflows a float (inputs too small)");
+      return job;
+    });
+  }
+
+  function optimalCheckpointInterval(dF, mF) {    // faults.optimal_checkpoint_interval (Young)
+    return calculator([["save_seconds", dF], ["mtbf_seconds", mF]], function () {
+      var d = positive("save_seconds", dF), m = positive("mtbf_seconds", mF);
+      return Math.sqrt(2 * d) * Math.sqrt(m);
+    });
+  }
+
+  function dalyCheckpointInterval(dF, mF) {    // faults.daly_checkpoint_interval
+    return calculator([["save_seconds", dF], ["mtbf_seconds", mF]], function () {
+      var d = positive("save_seconds", dF), m = positive("mtbf_seconds", mF);
+      if (d >= 2 * m) return m;
+      var x = d / (2 * m);
+      return Math.sqrt(2 * d) * Math.sqrt(m) * (1 + Math.sqrt(x) / 3 + x / 9) - d;
+    });
+  }
+
+  function goodput(tauF, dF, rF, mF) {    // faults.goodput
+    var args = [["interval_seconds", tauF], ["save_seconds", dF], ["restart_seconds", rF], ["mtbf_seconds", mF]];
+    return calculator(args, function () {
+      var tau = positive("interval_seconds", tauF), d = positive("save_seconds", dF);
+      var r = positive("restart_seconds", rF, true), m = positive("mtbf_seconds", mF);
+      var period = tau + d, left = 1.0 - (r + period / 2) / m;
+      return tau / period * (left > 0.0 ? left : 0.0);    // max(0.0, left)
+    });
+  }
+
+  /* The chapter-12 form: the job's MTBF from one GPU's, Young's and Daly's intervals for its save,
+   * and the goodput at the interval typed (or, left at auto, at Young's). */
+  function checkpointing(v) {
+    var mtbf = clusterMtbf(v.gpu_mtbf_seconds, v.n_gpus), m = asFloat(mtbf);
+    var young = optimalCheckpointInterval(v.save_seconds, m), daly = dalyCheckpointInterval(v.save_seconds, m);
+    var auto = !v.interval_seconds.isNum && (v.interval_seconds.repr === "''" || v.interval_seconds.repr === "'auto'");
+    var tau = auto ? asFloat(young) : v.interval_seconds;
+    return [mtbf, young, daly, goodput(tau, v.save_seconds, v.restart_seconds, m)];
+  }
+
+  function epBytesPerLayer(tF, dF, kF, eF, cfF, bF) {    // comm.ep_bytes_per_layer
+    var args = [["tokens", tF], ["d_model", dF], ["top_k", kF], ["ep", eF], ["capacity_factor", cfF],
+                ["bytes_per_value", bF]];
+    return calculator(args, function () {
+      var t = positiveInt("tokens", tF), d = positiveInt("d_model", dF), k = positiveInt("top_k", kF);
+      var e = positiveInt("ep", eF), cf = isNone(cfF) ? 1.0 : positive("capacity_factor", cfF);
+      var b = positive("bytes_per_value", bF);
+      return 4.0 * k * t * cf * (e - 1) / e * d * b;
+    });
+  }
+
+  function epNodeBytes(tF, dF, kF, eF, gF, mF, bF) {    // comm.ep_node_bytes
+    var args = [["tokens", tF], ["d_model", dF], ["top_k", kF], ["ep", eF], ["gpus_per_node", gF],
+                ["max_nodes", mF], ["bytes_per_value", bF]];
+    return calculator(args, function () {
+      var t = positiveInt("tokens", tF), d = positiveInt("d_model", dF), k = positiveInt("top_k", kF);
+      var e = positiveInt("ep", eF), g = positiveInt("gpus_per_node", gF), b = positive("bytes_per_value", bF);
+      if (e % g) fail("gpus_per_node (" + gF.repr + ") must divide ep (" + eF.repr + "): whole nodes");
+      var unit = 4.0 * t * d * b;
+      if (isNone(mF)) return [unit * k * (g - 1) / e, unit * k * (e - g) / e];
+      var n = Math.floor(e / g), m = positiveInt("max_nodes", mF);
+      if (m > Math.min(n, k))
+        fail("max_nodes (" + mF.repr + ") must be at most the number of nodes ep/gpus_per_node = " + n +
+             " and at most top_k = " + k);
+      return [unit * k * (g - 1) / g, unit * m * (n - 1) / n];
+    });
+  }
+
   // ------------------------------------------------------------ the forms
   function sci(x, unit) { return x.toPrecision(4).replace("e+", "e") + unit; }
   function fmt(x, unit) {    // 4 significant digits; an exponent only for very large or small values
@@ -388,6 +492,62 @@
       run: function (v) {
         return [["dollars", "bill", apiCost(v.output_tokens, v.price_out_per_mtok, v.input_tokens, v.price_in_per_mtok,
                                             v.batch_discount), function (x) { return "$" + fmt(x, ""); }]];
+      }
+    },
+    activation: {
+      title: "Activation memory and TP traffic per layer (Korthikanti et al.)",
+      fields: function () {
+        return [text("seq_len", "sequence length s", "2048"), text("micro_batch", "microbatch b", "1"),
+                text("d_model", "width h", "12288"), text("n_heads", "attention heads a", "96"),
+                text("tp", "tensor-parallel degree t", "8"),
+                select("sequence_parallel", "sequence parallelism", "False", [["False", "off"], ["True", "on"]]),
+                select("recompute", "recomputation", "none", D.recompute.map(function (r) { return [r, r]; })),
+                text("bytes_per_value", "bytes per value (TP traffic; 2 = bf16)", "2")];
+      },
+      run: function (v) {
+        var sp = v.sequence_parallel === "True";
+        return [["activation_bytes", "kept for the backward, per GPU",
+                 activationBytesPerLayer(v.seq_len, v.micro_batch, v.d_model, v.n_heads, v.tp, sp, v.recompute),
+                 function (x) { return fmt(x / 1073741824, " GiB"); }],
+                ["tp_bytes", "TP all-reduce bytes sent per rank",
+                 tpBytesPerLayer(v.seq_len, v.micro_batch, v.d_model, v.tp, v.bytes_per_value),
+                 function (x) { return fmt(x / 1e9, " GB"); }]];
+      }
+    },
+    checkpoint: {
+      title: "Checkpoint interval and goodput",
+      fields: function () {
+        return [text("gpu_mtbf_seconds", "one GPU's MTBF in s (Llama 3's)", D.faults.gpu_mtbf_seconds),
+                text("n_gpus", "GPUs in the job", D.faults.n_gpus),
+                text("save_seconds", "a save blocks training δ, s", "120"),
+                text("restart_seconds", "a restart takes R, s (assumed)", D.faults.restart_seconds),
+                text("interval_seconds", "compute between saves τ, s (auto = Young's)", "auto")];
+      },
+      run: function (v) {
+        var r = checkpointing(v), minutes = function (x) { return fmt(x / 60, " min"); };
+        return [["mtbf_seconds", "job MTBF M", r[0], function (x) { return fmt(x / 3600, " h"); }],
+                ["young_seconds", "Young's interval √(2δM)", r[1], minutes],
+                ["daly_seconds", "Daly's interval", r[2], minutes],
+                ["goodput", "goodput at τ", r[3], function (x) { return fmt(100 * x, " %"); }]];
+      }
+    },
+    all_to_all: {
+      title: "Expert-parallel all-to-all bytes per MoE layer",
+      fields: function () {
+        return [text("tokens", "tokens per rank and microbatch T", "4096"), text("d_model", "width d", "7168"),
+                text("top_k", "experts per token k", "8"), text("ep", "expert-parallel degree", "64"),
+                text("capacity_factor", "capacity factor (none = dropless)", "none"),
+                text("gpus_per_node", "GPUs per node", "8"),
+                text("max_nodes", "nodes a token may reach (none = any)", "4"),
+                text("bytes_per_value", "bytes per value (2 = bf16)", "2")];
+      },
+      run: function (v) {
+        var gb = function (x) { return fmt(x / 1e9, " GB"); };
+        var total = epBytesPerLayer(v.tokens, v.d_model, v.top_k, v.ep, v.capacity_factor, v.bytes_per_value);
+        var wires = epNodeBytes(v.tokens, v.d_model, v.top_k, v.ep, v.gpus_per_node, v.max_nodes, v.bytes_per_value);
+        return [["bytes", "sent per rank, dispatch + combine, forward + backward", total, gb],
+                ["nvlink_bytes", "dropless, by wire: inside a node (NVLink)", wires[0], gb],
+                ["ib_bytes", "dropless, by wire: across nodes (InfiniBand)", wires[1], gb]];
       }
     }
   };

@@ -31,9 +31,15 @@ LLAMA3 = {"days": 54, "n_gpus": 16_384, "interruptions": 466, "unexpected": 419,
 @calculator
 def cluster_mtbf(gpu_mtbf_seconds: float, n_gpus: int) -> float:
     """Mean time between failures of a job on ``n_gpus`` GPUs that each fail independently every
-    ``gpu_mtbf_seconds`` on average: the rates add, so M = M_gpu / n."""
+    ``gpu_mtbf_seconds`` on average: the rates add, so M = M_gpu / n. A quotient that underflows
+    to 0 (5e-324 s over 2 GPUs) is refused naming both inputs: an MTBF of 0 would otherwise be
+    refused later under a name the caller never typed (``mtbf_seconds`` of the interval)."""
     m = positive("gpu_mtbf_seconds", gpu_mtbf_seconds)
-    return m / positive_int("n_gpus", n_gpus)
+    job = m / positive_int("n_gpus", n_gpus)
+    if job == 0.0:
+        raise ValueError(f"gpu_mtbf_seconds={gpu_mtbf_seconds!r}, n_gpus={n_gpus!r}: the job's MTBF "
+                         f"gpu_mtbf_seconds / n_gpus underflows a float (inputs too small)")
+    return job
 
 
 @calculator
