@@ -128,11 +128,11 @@ def test_bias_balance_installs_one_router_per_layer():
 
 
 def test_cached_comparison_reruns_and_its_verdicts_hold():
-    """The book reads data/expert_balance.json: its first steps are rerun here (before chaos
+    """The book reads data/expert_balance.json: its first 30 steps are rerun here (before chaos
     amplifies kernel rounding, the trajectories agree), and its verdicts are the lab's."""
     cache = L.load_balance_cache()
     assert cache["config"] == L.BALANCE
-    n = 40
+    n = 30
     fresh = L.balance_run("bias", **{**L.BALANCE, "steps": n})
     old = cache["trace"]["bias"]
     assert np.abs(np.array(fresh["imbalance"]) - np.array(old["imbalance"][:n])).max() < 0.02
