@@ -7,7 +7,7 @@ independent-routing theory of ``moe.expected_drop_fraction``.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -40,10 +40,13 @@ def aux_loss(model: nn.Module) -> torch.Tensor:
 
 
 def train(model: nn.Module, steps: int, batch_size: int = 16, lr: float = 3e-3,
-          aux_coef: float = 0.0, seed: int = 0, tokens: torch.Tensor | None = None) -> list[float]:
+          aux_coef: float = 0.0, seed: int = 0, tokens: torch.Tensor | None = None,
+          on_step: Callable[[nn.Module], None] | None = None) -> list[float]:
     """AdamW on next-byte prediction of ``tokens`` (default: the course corpus's training split,
     ``course_lib.corpus``); returns the LM losses. ``aux_coef`` weighs the Switch load-balancing
-    loss (0 = off). Deliberately bare (constant LR, no clipping): the chapter is about routing."""
+    loss (0 = off). ``on_step(model)``, if given, runs after every optimizer step, while the MoE
+    layers still hold that step's routing (to record loads, or update balancing biases).
+    Deliberately bare (constant LR, no clipping): the chapter is about routing."""
     positive_int("steps", steps)
     positive("aux_coef", aux_coef, allow_zero=True)
     tokens = corpus.load().train if tokens is None else tokens
@@ -57,6 +60,8 @@ def train(model: nn.Module, steps: int, batch_size: int = 16, lr: float = 3e-3,
         opt.zero_grad(set_to_none=True)
         (loss + aux_coef * aux_loss(model)).backward()
         opt.step()
+        if on_step is not None:
+            on_step(model)
         losses.append(loss.item())
     model.eval()
     return losses
