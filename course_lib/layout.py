@@ -40,7 +40,7 @@ import functools
 import math
 from dataclasses import dataclass, field, replace
 
-from . import comm, stepmodel
+from . import comm, layout_moe, stepmodel
 from ._validate import calculator, choice, flag, fraction, positive, positive_int, zero_stage
 from .hardware import lookup
 from .memory import RECOMPUTE, _activation_bytes, _breakdown
@@ -81,6 +81,8 @@ class Layout:
     explanation: str = ""
     breakdown: dict = field(default_factory=dict, compare=False)   # compute by part, seconds per step
     hidden: dict = field(default_factory=dict, compare=False)      # communication hidden, per level
+    ep: int = 1            # expert parallelism, carved from DP (a mixture of experts)
+    ep_s: float = 0.0      # the exposed all-to-all of the MoE layers
 
     @property
     def fits(self) -> bool:
@@ -89,7 +91,8 @@ class Layout:
     def shape(self) -> str:
         """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
         v = f" (v={self.v})" if self.v > 1 else ""
-        return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}"
+        ep = f" (EP {self.ep})" if self.ep > 1 else ""
+        return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}{ep}"
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ class _Job:
     tp_overlap: bool = False  # TP collectives hidden behind the layer's GEMMs (Megatron's tp-comm-overlap)
     cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
     vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
+    moe: layout_moe.MoE | None = None   # a mixture of experts (course_lib.layout_moe)
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -157,15 +161,19 @@ def _in_flight(p: int, m: int, v: int) -> float:
     return min(p * (1 + (p - 1) / (p * v)), m) if v > 1 else min(p, m)
 
 
-def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str,
+def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str, ep: int = 1,
               first_layers: int | None = None) -> Layout:
     sizes, s_cp = (tp, cp, pp, dp), job.s // cp
     m = int(job.tokens / job.s // (dp * job.b))
     sp = tp > 1 and job.sp
     # memory: ZeRO states of this GPU's Ψ/(TP·PP) over the DP·CP replicas, then activations
-    psi_gpu = job.psi / (tp * pp)
+    moe = job.moe
+    psi_gpu = (job.psi - (moe.routed_active() if moe else 0.0)) / (tp * pp)   # the dense part
+    experts_gpu = moe.routed_total() / (pp * ep) if moe else 0.0              # E/ep experts, whole
     per_stage = math.ceil(job.L / pp)
     states = _breakdown(psi_gpu, dp * cp, zero, 2.0, 2.0, 12.0).total
+    if moe:
+        states += _breakdown(experts_gpu, dp * cp // ep, zero, 2.0, 2.0, 12.0).total
     if zero == 3:
         states += 2 * 2.0 * psi_gpu / per_stage                   # two gathered layers in flight
     kept = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "selective")
@@ -188,11 +196,11 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     layers = job.L / pp
     t_mb = job.b * s_cp                                           # tokens per microbatch on this GPU
     m_f = job.tokens / (job.s * dp * job.b)                       # the batch's microbatches (m rounds it down)
-    parts = _parts(job, tp, cp, t_mb, sp)
+    parts = _parts(job, tp, cp, t_mb, sp) if moe is None else _moe_parts(job, tp, cp, t_mb, sp, ep)
     rerun = {"none": 0.0, "selective": parts["attention_forward"], "full": parts["forward"]}[mode]
     if job.rate is None:
         per_layer = parts["gemm"] + parts["attention"] + parts["memory"] + rerun
-        updated = psi_gpu / (dp * cp) if zero >= 1 else psi_gpu
+        updated = (psi_gpu / (dp * cp) + experts_gpu * ep / (dp * cp)) if zero >= 1 else psi_gpu + experts_gpu
         optim = stepmodel.optimizer_seconds(updated, job.hbm_bandwidth)
         compute = m_f * layers * per_layer + optim
         breakdown = {k: m_f * layers * v for k, v in (("gemm", parts["gemm"]), ("attention", parts["attention"]),
@@ -229,7 +237,16 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     if pp > 1:
         bw, _ = _bandwidth(job, sizes, (2,), p2p=True)
         pp_s = m * 2 * v * (2.0 * s_cp * job.b * job.h / tp / bw + job.net.inter_latency)
-    busy = compute + tp_s + cp_s
+    # EP: the all-to-all of each MoE layer, inside the node over NVLink, beyond it over the NICs
+    ep_s = ep_hidden = 0.0
+    if moe and ep > 1:
+        in_node = min(ep, max(1, job.g // (tp * cp * pp)))       # DP replicas are strided by TP·CP·PP
+        a2a = layout_moe.all_to_all_seconds(moe, t_mb / tp, job.h, ep, in_node, job.link,
+                                            job.net.ring_bandwidth / job.g, job.net.inter_latency)
+        if moe.overlap:
+            ep_hidden = min(a2a, parts["moe_layer"])
+        ep_s = m * (moe.moe_layers / pp) * (a2a - ep_hidden)
+    busy = compute + tp_s + cp_s + ep_s
     bubble = busy * (pp - 1) / (v * m)
     # DP: ZeRO's collectives over the DP·CP replicas (ZeRO-3 gathers per microbatch, twice)
     dp_s = dp_hidden = 0.0
@@ -239,13 +256,42 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
         kinds = [(kd, 1) for kd in comm._PASSES[zero]] if zero < 3 else [("all_gather", 2 * m), ("reduce_scatter", 1)]
         t = sum(c * (comm._ring(kd, psi_gpu * 2.0, n) / bw + per_stage * _latency(job.net, kd, n, k))
                 for kd, c in kinds)
+        if moe and n // ep > 1:   # expert gradients over the expert-data-parallel group
+            t += sum(c * comm._ring(kd, experts_gpu * 2.0, n // ep) / bw for kd, c in kinds)
         dp_hidden = min(t, busy if zero == 3 else busy * 2 / (3 * m))   # ZeRO 0-2: the last backward
         dp_s = t - dp_hidden
-    step = compute + bubble + tp_s + cp_s + pp_s + dp_s
+    step = compute + bubble + tp_s + cp_s + pp_s + dp_s + ep_s
     hidden = {"tp": m * layers * tp_hidden, "cp": m * layers * cp_hidden, "dp": dp_hidden}
+    if moe:
+        hidden["ep"] = m * (moe.moe_layers / pp) * ep_hidden
     return Layout(tp, cp, pp, dp, v, zero, mode, m, states, activations, job.usable, compute, bubble,
                   tp_s, cp_s, pp_s, dp_s, 6 * job.psi * job.tokens / job.n / (job.peak * step),
-                  states + activations, step, breakdown=breakdown, hidden=hidden)
+                  states + activations, step, breakdown=breakdown, hidden=hidden, ep=ep, ep_s=ep_s)
+
+
+def _moe_parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool, ep: int) -> dict[str, float]:
+    """A mixture of experts' layer times, averaged over its dense and MoE layers: a dense layer's
+    MLP is the active one, (k + shared) experts; an MoE layer has its shared experts (TP-split
+    like a dense MLP) and its routed experts on this GPU (``layout_moe.routed_seconds``, for the
+    t/TP tokens of this TP rank). What Ψ holds beyond attention and the active experts (the
+    embeddings) is spread over the layers as more dense GEMM work, as for a dense model.
+    ``moe_layer`` is one MoE layer's compute, what an overlapped all-to-all can hide behind."""
+    moe, h = job.moe, job.h
+    attn = 2.0 * h * h + 2.0 * h * job.kv
+    active = (moe.top_k + moe.shared) * moe.expert_params
+    rest = max(job.psi / job.L - attn - active, 0.0)
+    dense = _layer_parts(job.psi, job.L, h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
+                         tp, cp, t_mb, sp, mlp=active + rest)
+    shared = _layer_parts(job.psi, job.L, h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
+                          tp, cp, t_mb, sp, mlp=moe.shared * moe.expert_params + rest)
+    routed = layout_moe.routed_seconds(moe, t_mb / tp, h, ep, job.gpu, job.peak, job.hbm_bandwidth)
+    w = moe.moe_layers / job.L
+    out = {k: (1 - w) * dense[k] + w * shared[k] for k in dense}
+    for k in ("gemm", "memory", "forward"):
+        out[k] += w * routed[k]
+    out["moe_layer"] = shared["gemm"] + shared["attention"] + shared["memory"] + sum(
+        routed[k] for k in ("gemm", "memory"))
+    return out
 
 
 def _logits_bytes(tokens: float, vocab: int, tp: int) -> float:
@@ -261,11 +307,13 @@ def _parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool) -> dict[str, floa
 
 
 @functools.lru_cache(maxsize=4096)
-def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp) -> dict[str, float]:
+def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp, mlp=None) -> dict[str, float]:
     """A pure function of its arguments, cached: the search asks it again for every PP, DP, v,
-    ZeRO stage and recomputation mode of one (TP, CP)."""
+    ZeRO stage and recomputation mode of one (TP, CP). ``mlp``: the MLP's parameters, by default
+    the rest of a layer's share of Ψ after attention."""
     attn_params = 2.0 * h * h + 2.0 * h * kv
-    mlp = max(psi / n_layers - attn_params, h * h)                 # the rest of a layer's share of Ψ
+    if mlp is None:
+        mlp = max(psi / n_layers - attn_params, h * h)
     shape = stepmodel.LayerShape(t_mb, h, kv, mlp, tp, sp, s, cp, b)
     return stepmodel.layer_time(shape, gpu, peak, hbm)
 
@@ -288,13 +336,14 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
                 for v in vs:
                     for zero in range(job.max_zero + 1):
                         for mode in recompute:
-                            yield tp, cp, pp, dp, v, zero, mode
+                            for ep in (layout_moe.expert_degrees(job.moe, dp, _POW2) if job.moe else (1,)):
+                                yield tp, cp, pp, dp, v, zero, mode, ep
 
 
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
          sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
-         vocab_size=None) -> _Job:
+         vocab_size=None, moe=None) -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -322,7 +371,16 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 zero_stage("max_zero", max_zero), flag("sequence_parallel", sequence_parallel),
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
                 flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
-                0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2))
+                0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
+                _moe(moe, n_layers))
+
+
+def _moe(moe, n_layers) -> layout_moe.MoE | None:
+    if moe is None:
+        return None
+    if not isinstance(moe, layout_moe.MoE):
+        raise ValueError(f"moe must be a course_lib.layout_moe.MoE or None, got {moe!r:.40}")
+    return moe.checked(positive_int("n_layers", n_layers, maximum=_MAX_LAYERS))
 
 
 def _all(job: _Job) -> list[Layout]:
@@ -337,7 +395,7 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  flash_attention: bool = True, kv_heads: int | None = None,
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
                  selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
-                 vocab_size: int | None = None) -> list[Layout]:
+                 vocab_size: int | None = None, moe: layout_moe.MoE | None = None) -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -355,11 +413,13 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     ``cp_comm`` is "ring" (K/V passed round behind the attention compute, Megatron-Core's form) or
     "all_gather" (gathered up front and exposed, as Llama 3 did). ``vocab_size`` counts the last
     stage's logits and cross-entropy (``memory.logits_bytes``, vocabulary-parallel over TP) on top
-    of its layers for one microbatch; left None, logits are not counted.
+    of its layers for one microbatch; left None, logits are not counted. ``moe`` plans a mixture
+    of experts (``course_lib.layout_moe``): ``n_params`` are then the active parameters, and an
+    expert-parallel degree carved from DP joins the search.
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe)
     return [x for x in _all(job) if x.fits]
 
 
@@ -369,7 +429,8 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              recompute: str = "none", gpu: str = "H100-SXM", network: Network = DGX_H100_NDR,
              compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
-             cp_comm: str = "ring", vocab_size: int | None = None) -> Layout:
+             cp_comm: str = "ring", vocab_size: int | None = None, moe: layout_moe.MoE | None = None,
+             ep: int = 1) -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -386,9 +447,12 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
-        cp_comm=cp_comm, vocab_size=vocab_size)
+        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe)
+    ep = positive_int("ep", ep)
+    if ep > 1 and job.moe is None:
+        raise ValueError(f"ep={ep}: expert parallelism needs a mixture of experts (moe=...)")
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
-    want = (tp, cp, pp, dp, v, zero, mode)
+    want = (tp, cp, pp, dp, v, zero, mode, ep)
     first = None
     if trim_first_last:
         flag("trim_first_last", trim_first_last)
@@ -397,13 +461,14 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
             raise ValueError(f"trim_first_last needs pp >= 3 (a first, a middle and a last stage) and "
                              f"v <= {stage} layers per stage, got pp={pp}, v={v}")
         first = stage - 1
-        want = (tp, cp, pp, dp, 1, zero, mode)      # the other rules, checked as for v = 1
+        want = (tp, cp, pp, dp, 1, zero, mode, ep)      # the other rules, checked as for v = 1
     if want not in set(_candidates(job, (mode,))):
         raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP, CP and PP are powers "
                          f"of two (the degrees the planner searches), TP must divide the heads and the node, "
                          f"CP the sequence, each pipeline needs at least one microbatch (DP sequences per "
-                         f"step at most), and v chunks of at least one layer per stage (v·PP <= n_layers)")
-    return _evaluate(job, tp, cp, pp, dp, v, zero, mode, first)
+                         f"step at most), v chunks of at least one layer per stage (v·PP <= n_layers), and EP "
+                         f"a power of two dividing DP and the experts")
+    return _evaluate(job, tp, cp, pp, dp, v, zero, mode, ep, first)
 
 
 @calculator
@@ -413,7 +478,7 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
            compute_mfu: float | None = None, usable_fraction: float = 0.9, flash_attention: bool = True,
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
            selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
-           vocab_size: int | None = None) -> Layout:
+           vocab_size: int | None = None, moe: layout_moe.MoE | None = None) -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
@@ -422,7 +487,7 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:

@@ -15,6 +15,7 @@ from .._validate import MAX_INT, calculator, choice, fraction, positive, positiv
 from ..data.tokenize import token_dtype
 from ..hardware import lookup
 from ..layout import _MAX_LAYERS, _POW2, layout
+from ..layout_moe import MoE
 from ..numerics import format_info, stall_point
 from .result import Plan
 
@@ -193,7 +194,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
          usable_fraction: float = 0.9, storage_bytes_per_s: float = _STORAGE_BW,
-         restart_seconds: float = _RESTART_S) -> Plan:
+         restart_seconds: float = _RESTART_S, moe: MoE | None = None) -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -206,6 +207,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     parameter (chapter 2; Hoffmann's rounded constants print ~100 at 1e24 FLOP).
     ``storage_bytes_per_s`` and ``restart_seconds`` are the cluster's checkpoint write rate and
     restart time (chapter 12); the defaults are Llama 3's Tectonic rate and a 10-minute restart.
+    ``moe`` (``course_lib.layout_moe.MoE``) plans a mixture of experts: ``n_params`` is then the
+    active count (6ND), the layout holds every expert, and EP joins the layout search.
     """
     n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
     acc = lookup("gpu", gpu)
@@ -233,7 +236,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
                       nics_per_node=g if nics_per_node is None else nics_per_node,
                       nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
-                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab)
+                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .. import flops
 from .._validate import fraction, positive, positive_int, utilisation
+from ..layout_moe import DEEPSEEK_V2, DEEPSEEK_V3
 from .planner import plan
 
 __all__ = ["Run", "RUNS", "HELD_OUT", "TOLERANCE", "HELD_OUT_TOLERANCE", "check_published", "summary"]
@@ -100,13 +101,30 @@ RUNS: tuple[Run, ...] = (
         "InfiniBand across), §3.2 (16-way PP, 64-way EP over 8 nodes, ZeRO-1 DP, no TP), §4.2 (61 layers, "
         "hidden 7168, 128 heads, 4K sequences, batch ramped from 3,072 to 15,360 sequences over the first "
         "469B tokens). No MFU is published; the H800 has the H100 SXM's dense peak and a 400 GB/s NVLink (course_lib.hardware).",
-        "A mixture of experts: 6ND counts the 37B parameters each token activates (with all 671B the "
-        "planner would be ~18x too high). The published total also holds context extension and "
-        "post-training (0.124M hours; against the 2.664M of pre-training alone the ratio is ~0.86), and the "
-        "MFU is borrowed: FP8 matmuls and the MoE all-to-all move the real one both ways.",
+        "Planned as a mixture of experts (layout_moe.DEEPSEEK_V3: 256 routed experts, 8 per token, one "
+        "shared, DualPipe's overlap): 6ND counts the 37B active parameters, memory all 671B. At its "
+        "own MFU the planner is faster than the report: its favourite layout differs from the published "
+        "one (which the step model puts within ~5 % of the MFU the pre-training hours imply, "
+        "tests/test_layout_moe.py), the total holds context extension and post-training (0.124M hours), "
+        "and what the model does not time (routing, token permutation, multi-head latent attention's "
+        "extra projections, FP8 scaling) is not small.",
         dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096,
-             vocab_size=129_280),
+             vocab_size=129_280, moe=DEEPSEEK_V3),
         "PP 16 · EP 64 · ZeRO-1 DP, no TP"),
+    Run("DeepSeek-V2", 21e9, 1e12, "H800", 2048, None, "none published",
+        172.8e3, "gpu_hours", "arXiv 2405.04434 §3.2.3/§4 (172.8K H800 GPU-hours per trillion tokens), §3.1 "
+        "(shape), §3.2 (16-way zero-bubble PP, 8-way EP, ZeRO-1 DP)",
+        "172.8K GPU-hours per trillion tokens, against 300.6K for the dense DeepSeek 67B, read in summaries "
+        "of the report; 236B total and 21B active parameters, 60 layers, hidden 5120, 128 heads, 160 routed "
+        "and 2 shared experts with 6 routed per token, 4K sequences and a batch ramped to 9,216 sequences "
+        "in summaries of §3.1. The GPU count is not published (2,048 assumed, DeepSeek-V3's cluster: at a "
+        "given MFU GPU-hours do not depend on it, the planner's own MFU does).",
+        "A per-trillion-token rate of the main run, so no restarts or other stages inside it; the planner "
+        "is still faster than the report, for the same unmodelled MoE costs as DeepSeek-V3, and its "
+        "stock layout is not the published one (no zero-bubble schedule in the planner).",
+        dict(n_layers=60, d_model=5120, n_heads=128, seq_len=4096, global_batch_tokens=9216 * 4096,
+             vocab_size=102_400, moe=DEEPSEEK_V2),
+        "PP 16 (zero-bubble) · EP 8 · ZeRO-1 DP"),
     Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published, without attention (46.2 % with it, HFU 57.8 %)",
         1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 (layout, chips, 1,200 h on 6,144 "
         "TPU v4 plus 336 h on 3,072, 'including some downtime and repeated steps'), Appendix B (MFU), Table 1 (shape)",

@@ -1,0 +1,64 @@
+"""The layout planner plans a mixture of experts (issue 33): EP carved from DP, every expert in
+memory but only the active ones in 6ND, the all-to-all per MoE layer from comm.ep_bytes_per_layer,
+and DeepSeek-V3's published layout against what its pre-training hours imply (nothing fitted to it)."""
+import pytest
+
+from course_lib import comm, layout as L, layout_moe
+from course_lib.layout_moe import DEEPSEEK_V3, MoE
+from course_lib.memory import _breakdown
+
+V3 = dict(n_params=37e9, n_layers=61, d_model=7168, n_heads=128, seq_len=4096,
+          global_batch_tokens=15360 * 4096, gpu="H800", vocab_size=129_280, moe=DEEPSEEK_V3)
+# arXiv 2412.19437 Table 1: 2.664M H800 GPU-hours of pre-training for 14.8T tokens at 37B active
+V3_IMPLIED_MFU = 6 * 37e9 * 14.8e12 / (2.664e6 * 3600 * 989e12)
+
+
+def test_deepseek_v3_published_layout_fits_and_lands_near_its_implied_mfu():
+    x = L.estimate(1, 1, 16, 128, ep=64, zero=1, **V3)
+    assert x.fits and x.shape() == "TP 1 · CP 1 · PP 16 · DP 128 (EP 64)"
+    assert abs(x.mfu / V3_IMPLIED_MFU - 1) <= 0.15, (x.mfu, V3_IMPLIED_MFU)
+    assert x.ep_s > 0 and x.hidden["ep"] > 0       # DualPipe hides part of the all-to-all, not all
+
+
+def test_every_expert_is_in_memory_and_ep_divides_them_over_its_ranks():
+    one, many = (L.estimate(1, 1, 16, 128, ep=e, zero=1, **V3) for e in (8, 64))
+    experts = DEEPSEEK_V3.routed_total()
+    dense = (37e9 - DEEPSEEK_V3.routed_active()) / 16
+    for x, e in ((one, 8), (many, 64)):
+        want = (_breakdown(dense, 128, 1, 2.0, 2.0, 12.0).total
+                + _breakdown(experts / (16 * e), 128 // e, 1, 2.0, 2.0, 12.0).total)
+        assert x.states_bytes == pytest.approx(want, rel=1e-12)
+    assert many.states_bytes < one.states_bytes
+    assert experts + 37e9 - DEEPSEEK_V3.routed_active() == pytest.approx(671e9, rel=0.02)   # 671B total
+
+
+def test_all_to_all_time_is_the_calculators_bytes_over_the_wires():
+    moe, t, h = DEEPSEEK_V3, 4096, 7168
+    total = comm.ep_bytes_per_layer(t, h, moe.top_k, 64)
+    got = layout_moe.all_to_all_seconds(moe, t, h, 64, 8, 200e9, 50e9, 0.0)
+    assert got == pytest.approx(total * 7 / 63 / 200e9 + total * 56 / 63 / 50e9, rel=1e-12)
+    assert layout_moe.all_to_all_seconds(moe, t, h, 1, 1, 200e9, 50e9, 1e-5) == 0.0
+
+
+def test_ep_is_carved_from_dp_and_a_dense_model_has_none():
+    assert layout_moe.expert_degrees(DEEPSEEK_V3, 96, L._POW2) == [1, 2, 4, 8, 16, 32]
+    plans = L.plan_layouts(n_gpus=2048, **V3)
+    assert plans and all(x.dp % x.ep == 0 and DEEPSEEK_V3.n_experts % x.ep == 0 for x in plans)
+    assert any(x.ep > 1 for x in plans)
+    with pytest.raises(ValueError, match="ep=8: expert parallelism needs a mixture of experts"):
+        L.estimate(1, 1, 16, 128, ep=8, **{k: v for k, v in V3.items() if k != "moe"})
+
+
+@pytest.mark.parametrize("bad, name", [(dict(top_k=300), "top_k"), (dict(moe_layers=62), "moe_layers"),
+                                       (dict(imbalance=0.9), "imbalance"), (dict(expert_params=0), "expert_params"),
+                                       (dict(shared=-1), "shared")])
+def test_bad_moe_is_a_value_error_naming_the_field(bad, name):
+    args = dict(n_experts=256, top_k=8, expert_params=1e7, moe_layers=58) | bad
+    with pytest.raises(ValueError, match=name):
+        L.estimate(1, 1, 16, 128, ep=8, **dict(V3, moe=MoE(**args)))
+
+
+def test_imbalance_costs_the_busiest_ranks_time():
+    even = L.estimate(1, 1, 16, 128, ep=64, zero=1, **dict(V3, moe=MoE(**{**DEEPSEEK_V3.__dict__, "imbalance": 1.0})))
+    hot = L.estimate(1, 1, 16, 128, ep=64, zero=1, **dict(V3, moe=MoE(**{**DEEPSEEK_V3.__dict__, "imbalance": 1.5})))
+    assert hot.step_s > even.step_s and hot.mfu < even.mfu
