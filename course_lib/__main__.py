@@ -99,6 +99,13 @@ def _converter(param: inspect.Parameter):
     return str
 
 
+def _object_valued(param: inspect.Parameter) -> bool:
+    """An optional argument whose value is an object (``moe: MoE | None``): left to its default
+    on the command line, set from Python."""
+    ann = str(param.annotation).replace("typing.", "")
+    return param.default is None and ann.endswith("| None") and ann.split(" |")[0] not in ("int", "float", "str")
+
+
 def _flag(pname: str) -> str:
     return "--" + pname.replace("_", "-")
 
@@ -112,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
         p = sub.add_parser(name, help=doc, description=doc)
         for pname, param in inspect.signature(fn).parameters.items():
+            if _object_valued(param):     # e.g. moe=MoE(...): a Python object, not a flag's text
+                continue
             kind = _converter(param)
             extra = {"metavar": "{true,false}"} if kind is _switch else {}
             if param.default is inspect.Parameter.empty:
