@@ -266,7 +266,8 @@ def test_every_figure_is_numbered_captioned_and_described(html_dir: Path) -> Non
     glued numbers filled in (no "…" or "{name}" left, no unresolved glue role), no caption twice
     (tests/test_captions.py checks the same on the sources, without a build)."""
     bad, n, seen = [], 0, {}
-    placeholder = re.compile(r"…|\{[A-Za-z_]\w*(?::[^}]*)?\}|\{glue")
+    # "{n}" left by an unformatted string, not a TeX group ("\\text{min}", "C^{a}") of math
+    placeholder = re.compile(r"…|(?<![\w^_\\])\{[A-Za-z_]\w*(?::[^}]*)?\}|\{glue")
     for page in _pages(html_dir):
         for img in _soup(page).select("main img"):
             n += 1
@@ -290,6 +291,10 @@ def test_every_figure_is_numbered_captioned_and_described(html_dir: Path) -> Non
             if text in seen:
                 bad.append(f"{where}: the same caption as {seen[text]}: {text[:80]!r}")
             seen[text] = where
+        for figure in _soup(page).select("main figure"):
+            if figure.find("img") is None:        # a table a captioned cell printed beside its plot
+                bad.append(f"{page.relative_to(html_dir)}: a figure without an image: "
+                           f"{figure.get_text(' ', strip=True)[:60]!r}")
     assert n > 30, f"only {n} images found"
     assert not bad, "\n".join(bad)
 

@@ -36,7 +36,7 @@ from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
-__version__ = "1.1"
+__version__ = "1.2"
 logger = logging.getLogger(__name__)
 
 # Plots the course's own drawing functions make, which carry no title/label in the calling code.
@@ -61,6 +61,31 @@ def _text(node: ast.AST) -> str | None:
     if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
         return "".join(v.value for v in node.values)
     return None
+
+
+_MATH_WORDS = {r"\times": "×", r"\cdot": "·", r"\approx": "≈", r"\propto": "∝", r"\sqrt": "√", r"\le": "≤",
+               r"\ge": "≥", r"\Psi": "Ψ", r"\delta": "δ", r"\sigma": "σ", r"\alpha": "α", r"\beta": "β",
+               r"\top": "T", r"\tfrac23": "2/3", r"\,": " "}
+
+
+def plain_math(tex: str) -> str:
+    """TeX as a screen reader can say it: ``\\sqrt{2\\delta M}`` → ``√(2δ M)``, ``f_\\text{min}`` → ``f_min``."""
+    text = re.sub(r"\\(?:text|mathrm|operatorname)\{([^{}]*)\}", r"\1", tex)
+    text = re.sub(r"√\{([^{}]*)\}", r"√(\1)", re.sub(r"\\sqrt\s*", "√", text))
+    for command, word in _MATH_WORDS.items():
+        text = re.sub(re.escape(command) + r"(?![A-Za-z])", word, text)
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text)           # \log, \max: the name
+    text = re.sub(r"([_^])\{([^{}]*)\}",                  # 2^{16} → 2^16, (1/b)^{1/r} → (1/b)^(1/r)
+                  lambda m: m[1] + (m[2] if re.fullmatch(r"-?[\w.*]+", m[2]) else f"({m[2]})"), text)
+    return re.sub(r"\s+", " ", text.replace("{", "").replace("}", "")).strip()
+
+
+def spoken(node: nodes.Element) -> str:
+    """A caption's text for the alt attribute: glued values as rendered, math in plain symbols."""
+    node = node.deepcopy()
+    for math in list(node.findall(nodes.math)):
+        math.replace_self(nodes.Text(plain_math(math.astext())))
+    return re.sub(r"\s+", " ", node.astext()).strip()
 
 
 def _clean(text: str) -> str:
@@ -144,6 +169,7 @@ class CaptionCellFigures(SphinxTransform):
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
+            self._unwrap_non_images(cell)
             bundles = [b for b in cell.findall(nodes.container)
                        if b.get("nb_element") == "mime_bundle" and _images(b)]
             if not bundles:
@@ -157,7 +183,7 @@ class CaptionCellFigures(SphinxTransform):
                 caption = figure.next_node(nodes.caption) if figure is not None else None
                 if caption is not None:              # written: its rendered text, glued numbers included
                     text = re.sub(r"\s+", " ", caption.astext()).strip()
-                    alt = " ".join(filter(None, [text, details(code)]))
+                    alt = " ".join(filter(None, [spoken(caption), details(code)]))
                 else:
                     text, alt = described if described else ("", "")
                 if not text:
@@ -180,7 +206,22 @@ class CaptionCellFigures(SphinxTransform):
                         self.document.ids.pop(old, None)
                     self.document.note_explicit_target(figure, figure)
 
+    def _unwrap_non_images(self, cell: nodes.Element) -> None:
+        """myst-nb wraps every display output of a cell with figure options in that figure, a
+        table printed beside the plot included: only the plot keeps the caption and a number."""
+        for figure in list(cell.findall(nodes.figure)):
+            bundles = [c for c in figure.children if c.get("nb_element") == "mime_bundle"]
+            if bundles and not any(_images(b) for b in bundles):
+                for name in figure["names"]:
+                    self.document.nameids.pop(name, None)
+                    self.document.nametypes.pop(name, None)
+                for i in figure["ids"]:
+                    self.document.ids.pop(i, None)
+                figure["ids"], figure["names"] = [], []       # replace_self would hand them on
+                figure.replace_self(bundles)
+
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(CaptionCellFigures)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: a build that read its pages with another version of this transform reads them again
+    return {"version": __version__, "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
