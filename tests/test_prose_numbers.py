@@ -184,6 +184,7 @@ def prose(path: Path) -> list[tuple[int, str]]:
 
 
 SCALE = {"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+CELL_OPTIONS = re.compile(r"\A(?:---\n.*?^---\n|(?::[\w-]+:[^\n]*\n)+)", re.S | re.M)
 CODE_LITERAL = re.compile(r"(?<![\w.])\d[\d_]*(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.])")
 
 
@@ -191,6 +192,8 @@ def code_inputs(path: Path) -> set[float]:
     """The numeric literals of a page's code cells: the inputs its computations are run with."""
     text = path.read_text(encoding="utf-8")
     cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, re.S | re.M)
+    # a cell's options (its figure caption among them) are prose, not inputs of the computation
+    cells = [CELL_OPTIONS.sub("", cell, count=1) for cell in cells]
     return {float(m.replace("_", "")) for cell in cells for m in CODE_LITERAL.findall(cell)}
 
 

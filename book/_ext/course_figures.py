@@ -1,17 +1,29 @@
 """Sphinx extension: every plot a notebook cell draws becomes a numbered, captioned figure with
 real alt text, in the chapter pages and the labs alike.
 
-A cell may say it itself (myst-nb cell metadata, e.g. in a ``{code-cell}``'s options)::
+A cell should say what its plot shows and what to notice (myst-nb cell metadata, e.g. in a
+``{code-cell}``'s options)::
 
     mystnb:
-      figure: {caption: "...", name: fig-bubble}
-      image: {alt: "..."}
+      figure:
+        caption: "The bubble falls to {glue:text}`bubble_m8:.1%` at m = 8 ..."
+        name: fig-bubble
+      image: {alt: "..."}        # optional: the alt text is the caption's text otherwise
 
-Otherwise the caption and the alt text are read from the cell's own code, which names what the
-plot shows: titles, axis labels and legend labels (``describe``), or the course's timeline
-drawers (``gantt.draw``, ``simulate.draw``). Each figure gets a label ``fig-<docname>-<k>``
-(``/`` as ``-``), so ``{numref}`fig-book-07_fp16-1``` refers to it. A plot whose code names
-nothing is a build warning (an error under ``make book-strict``): give it a caption.
+The caption is MyST, so a number in it is glued like a number in the prose: ``{glue:text}`` (or
+``{glue}``) of a value that any cell of the same page glues (the cell itself may glue it; myst-nb
+reads every glued value of the executed notebook before it renders a cell). No number is typed by
+hand and none is lost on the way to the alt text: this transform runs after the roles are
+resolved, so the alt text is the caption's rendered text (glued numbers included), followed by
+what the code says of the axes and series (``details``).
+
+A cell without a caption gets one from its own code, which names what the plot shows: titles,
+axis labels and legend labels (``describe``), or the course's timeline drawers (``gantt.draw``,
+``simulate.draw``). An f-string with placeholders is left out of it (its values exist only in the
+executed picture; a caption or alt text never shows a "…" in their place). Each figure gets a
+label ``fig-<docname>-<k>`` (``/`` as ``-``) unless its metadata names it, so
+``{numref}`fig-book-07_fp16-1``` refers to it. A plot whose code names nothing is a build warning
+(an error under ``make book-strict``): give it a caption.
 """
 from __future__ import annotations
 
@@ -24,7 +36,7 @@ from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
-__version__ = "1.0"
+__version__ = "1.2"
 logger = logging.getLogger(__name__)
 
 # Plots the course's own drawing functions make, which carry no title/label in the calling code.
@@ -42,63 +54,105 @@ _TEX = str.maketrans({"$": "", "\\": "", "{": "", "}": ""})
 
 
 def _text(node: ast.AST) -> str | None:
-    """A string literal's text; an f-string's literal parts with '…' for each placeholder."""
+    """A string literal's text, or an f-string's when it has no placeholder; None otherwise (the
+    code does not know what a placeholder will print, and "…" in its place teaches nothing)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
-    if isinstance(node, ast.JoinedStr):
-        parts = [v.value if isinstance(v, ast.Constant) else "…" for v in node.values]
-        text = "".join(parts)
-        return text if len(text.replace("…", "").strip(" ,:=()")) >= 3 else None
+    if isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
+        return "".join(v.value for v in node.values)
     return None
+
+
+_MATH_WORDS = {r"\times": "×", r"\cdot": "·", r"\approx": "≈", r"\propto": "∝", r"\sqrt": "√", r"\le": "≤",
+               r"\ge": "≥", r"\Psi": "Ψ", r"\delta": "δ", r"\sigma": "σ", r"\alpha": "α", r"\beta": "β",
+               r"\top": "T", r"\tfrac23": "2/3", r"\,": " "}
+
+
+def plain_math(tex: str) -> str:
+    """TeX as a screen reader can say it: ``\\sqrt{2\\delta M}`` → ``√(2δ M)``, ``f_\\text{min}`` → ``f_min``."""
+    text = re.sub(r"\\(?:text|mathrm|operatorname)\{([^{}]*)\}", r"\1", tex)
+    text = re.sub(r"√\{([^{}]*)\}", r"√(\1)", re.sub(r"\\sqrt\s*", "√", text))
+    for command, word in _MATH_WORDS.items():
+        text = re.sub(re.escape(command) + r"(?![A-Za-z])", word, text)
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text)           # \log, \max: the name
+    text = re.sub(r"([_^])\{([^{}]*)\}",                  # 2^{16} → 2^16, (1/b)^{1/r} → (1/b)^(1/r)
+                  lambda m: m[1] + (m[2] if re.fullmatch(r"-?[\w.*]+", m[2]) else f"({m[2]})"), text)
+    return re.sub(r"\s+", " ", text.replace("{", "").replace("}", "")).strip()
+
+
+def spoken(node: nodes.Element) -> str:
+    """A caption's text for the alt attribute: glued values as rendered, math in plain symbols."""
+    node = node.deepcopy()
+    for math in list(node.findall(nodes.math)):
+        math.replace_self(nodes.Text(plain_math(math.astext())))
+    return re.sub(r"\s+", " ", node.astext()).strip()
 
 
 def _clean(text: str) -> str:
     return re.sub(r"\s+", " ", text.translate(_TEX)).strip(" .")
 
 
-def describe(code: str) -> tuple[str, str] | None:
-    """``(caption, alt)`` for the plot a cell's code draws, from its titles, axis labels and legend
-    labels; None when the code names nothing."""
+def _parts(code: str) -> dict[str, list[str]] | None:
+    """What a cell's code names of its plot: titles, axis labels, legend labels, drawers."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return None
-    found: dict[str, list[str]] = {"title": [], "xlabel": [], "ylabel": [], "label": []}
-    drawers: list[str] = []
+    found: dict[str, list[str]] = {"title": [], "xlabel": [], "ylabel": [], "label": [], "drawer": []}
     methods = {"set_title": "title", "suptitle": "title", "set_xlabel": "xlabel", "set_ylabel": "ylabel"}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = ast.unparse(node.func)
-        for name, what in DRAWERS.items():
-            if func.endswith(name) and what not in drawers:
-                drawers.append(what)
+        found["drawer"] += [what for name, what in DRAWERS.items() if func.endswith(name)]
         attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
         if attr in methods and node.args and (t := _text(node.args[0])):
             found[methods[attr]].append(t)
         for kw in node.keywords:
             if kw.arg in found and (t := _text(kw.value)):
                 found[kw.arg].append(t)
-    found = {k: list(dict.fromkeys(_clean(v) for v in vs if _clean(v))) for k, vs in found.items()}
+    return {k: list(dict.fromkeys(_clean(v) for v in vs if _clean(v))) for k, vs in found.items()}
+
+
+def _axes(found: dict[str, list[str]]) -> list[str]:
     axes = [f"{y} against {x}" for y, x in zip(found["ylabel"], found["xlabel"])]
     if not axes and found["xlabel"]:
         axes = [f"{'; '.join(found['ylabel']) or 'values'} against {found['xlabel'][0]}"]
-    # a title with placeholders ("… (simulated), p=…") reads badly as a caption: the axes say more
-    titles = [s for s in found["title"] if "…" not in s]
+    return axes
+
+
+def describe(code: str) -> tuple[str, str] | None:
+    """``(caption, alt)`` for the plot a cell's code draws, from its titles, axis labels and legend
+    labels; None when the code names nothing."""
+    found = _parts(code)
+    if found is None:
+        return None
+    titles, axes, drawers = found["title"], _axes(found), found["drawer"]
     what = "; ".join(axes) or "; ".join(drawers)
-    caption = (f"{'; '.join(titles)}: {what}" if titles and what else "; ".join(titles) or what
-               or "; ".join(found["title"]))
+    caption = f"{'; '.join(titles)}: {what}" if titles and what else "; ".join(titles) or what
     if not caption:
         return None
     caption += "."
     alt = caption
     if drawers and axes:
         alt += " " + "; ".join(drawers) + "."
-    if found["title"] != titles and "; ".join(found["title"]) not in caption:
-        alt += " Titled: " + "; ".join(found["title"]) + "."
     if found["label"]:
         alt += " Series: " + ", ".join(found["label"]) + "."
     return caption, alt
+
+
+def details(code: str) -> str:
+    """What the code says of the plot beyond a written caption, for the alt text: its axes (or the
+    drawer's description) and legend labels, e.g. "Plotted: loss against step. Series: a, b." """
+    found = _parts(code)
+    if not found:
+        return ""
+    out = []
+    if what := "; ".join(_axes(found)) or "; ".join(found["drawer"]):
+        out.append(f"Plotted: {what}.")
+    if found["label"]:
+        out.append("Series: " + ", ".join(found["label"]) + ".")
+    return " ".join(out)
 
 
 def _images(bundle: nodes.Element) -> list[nodes.image]:
@@ -115,6 +169,7 @@ class CaptionCellFigures(SphinxTransform):
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
+            self._unwrap_non_images(cell)
             bundles = [b for b in cell.findall(nodes.container)
                        if b.get("nb_element") == "mime_bundle" and _images(b)]
             if not bundles:
@@ -126,8 +181,11 @@ class CaptionCellFigures(SphinxTransform):
                 count += 1
                 figure = bundle.parent if isinstance(bundle.parent, nodes.figure) else None
                 caption = figure.next_node(nodes.caption) if figure is not None else None
-                text = caption.astext() if caption is not None else (described[0] if described else "")
-                alt = described[1] if described else text
+                if caption is not None:              # written: its rendered text, glued numbers included
+                    text = re.sub(r"\s+", " ", caption.astext()).strip()
+                    alt = " ".join(filter(None, [spoken(caption), details(code)]))
+                else:
+                    text, alt = described if described else ("", "")
                 if not text:
                     logger.warning(f"a plot in {docname} (cell {cell.get('cell_index')}) has no caption: its "
                                    "code sets no title or axis labels; add mystnb figure caption metadata",
@@ -143,9 +201,27 @@ class CaptionCellFigures(SphinxTransform):
                 if not figure["names"]:
                     name = nodes.fully_normalize_name(f"fig-{docname.replace('/', '-')}-{count}")
                     figure["names"].append(name)
+                    for old in [i for i in figure["ids"] if re.fullmatch(r"id\d+", i)]:
+                        figure["ids"].remove(old)        # an automatic "id7": the label names it instead
+                        self.document.ids.pop(old, None)
                     self.document.note_explicit_target(figure, figure)
+
+    def _unwrap_non_images(self, cell: nodes.Element) -> None:
+        """myst-nb wraps every display output of a cell with figure options in that figure, a
+        table printed beside the plot included: only the plot keeps the caption and a number."""
+        for figure in list(cell.findall(nodes.figure)):
+            bundles = [c for c in figure.children if c.get("nb_element") == "mime_bundle"]
+            if bundles and not any(_images(b) for b in bundles):
+                for name in figure["names"]:
+                    self.document.nameids.pop(name, None)
+                    self.document.nametypes.pop(name, None)
+                for i in figure["ids"]:
+                    self.document.ids.pop(i, None)
+                figure["ids"], figure["names"] = [], []       # replace_self would hand them on
+                figure.replace_self(bundles)
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(CaptionCellFigures)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: a build that read its pages with another version of this transform reads them again
+    return {"version": __version__, "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}

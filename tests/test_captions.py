@@ -1,0 +1,149 @@
+"""Captions that teach (issue #34): every figure of the book and the labs, read from the sources
+(no book build): the caption each one will get from book/_ext/course_figures.py and its alt text.
+
+A chapter page's figure has a written caption (``mystnb: figure: caption`` in its cell's options)
+that says what the plot shows and what to notice, and every number in it is glued from the code
+(the prose rule of test_prose_numbers, applied to captions). Nowhere, labs included, does a
+caption or an alt text hold a placeholder ("…", a "{name}" left unformatted); no two captions are
+the same sentence; each names a quantity. The built site's figures are checked again, rendered,
+in test_site_static.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from myst_nb.core.read import read_myst_markdown_notebook
+
+from test_prose_numbers import GLOBAL, NUMBER, PAGES, STRIP, code_inputs, is_input
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("course_figures", ROOT / "book" / "_ext" / "course_figures.py")
+assert _spec and _spec.loader
+figures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(figures)
+
+# A chapter page's cell draws a plot when it shows one or calls a course drawer.
+DRAWS = re.compile(r"plt\.show\(|\b(?:gantt|sim|simulate)\.draw\(|\w+_figure\(")
+GLUE = re.compile(r"\{glue(?::text|:md)?\}`[^`]*`")
+# What a caption may measure by: a number, a glued value, or a quantity (unit or measured word).
+QUANTITY = re.compile(
+    r"\d|\{glue|%|\b(?:FLOPs?|bytes?|[kMGT]B|ms|seconds?|hours?|days?|tokens?|loss|nats|fraction|share|"
+    r"ratio|error|bubble|utili[sz]ation|MFU|goodput|memory|time|steps?|rate|probability|spacing|sum|"
+    r"cost|dollars|size|parameters|compute|lag|ranks?|count|degree|throughput|speed)\b", re.I)
+
+
+def _figure_meta(cell) -> dict:
+    meta = cell.get("metadata", {}).get("mystnb", {})
+    return {"caption": (meta.get("figure") or {}).get("caption"), "alt": (meta.get("image") or {}).get("alt")}
+
+
+def _figures() -> list[tuple[str, int, str, str | None, str | None]]:
+    """(page, cell index, code, written caption or None, alt text) of every figure."""
+    out = []
+    for page in sorted((ROOT / "book").glob("[01][0-9]_*.md")):
+        nb = read_myst_markdown_notebook(page.read_text(encoding="utf-8"))
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and DRAWS.search(cell.source):
+                out.append((f"book/{page.name}", i, cell.source, *_figure_meta(cell).values()))
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code" and any("image/png" in o.get("data", {}) for o in cell.outputs):
+                out.append((f"notebooks/{path.name}", i, cell.source, *_figure_meta(cell).values()))
+    return out
+
+
+FIGURES = _figures()
+
+
+def _caption_and_alt(code: str, caption: str | None, alt: str | None) -> tuple[str, str]:
+    """What the extension gives the figure: a written caption (glue roles as in the source) and the
+    alt text built from it, or the caption and alt text generated from the code."""
+    if caption:
+        return caption, alt or " ".join(filter(None, [caption, figures.details(code)]))
+    generated = figures.describe(code) or ("", "")
+    return generated[0], alt or generated[1]
+
+
+def _placeholders(text: str) -> list[str]:
+    bare = GLUE.sub("", text)
+    bare = re.sub(r"\$[^$]*\$", "", bare)                 # math may hold braces
+    return re.findall(r"…|\{[^}]*\}|\.\.\.", bare)
+
+
+def typed_in(caption: str, allowed: list[tuple[str, str]], inputs: set[float]) -> list[str]:
+    """The numbers of a caption that test_prose_numbers would call typed by hand: not glued, not
+    math or code, not on the page's allowlist, not an input literal of the page's code."""
+    text = caption
+    for pattern in STRIP:
+        text = pattern.sub(" ", text)
+    for pattern, _ in GLOBAL + allowed:
+        text = re.sub(pattern, " ", text)
+    return [m.group(0) for m in NUMBER.finditer(text) if not is_input(m.group(0), text[m.end():], inputs)]
+
+
+def test_the_figures_are_found() -> None:
+    pages = {p for p, *_ in FIGURES}
+    assert sum(p.startswith("book/") for p, *_ in FIGURES) > 30 and len(FIGURES) > 70
+    assert {"book/05_pipeline.md", "notebooks/04_dp_fsdp_lab.ipynb"} <= pages
+
+
+def test_every_chapter_figure_has_a_written_caption_that_glues_its_numbers() -> None:
+    bad = []
+    for page, i, _code, caption, _alt in FIGURES:
+        if not page.startswith("book/"):
+            continue
+        where = f"{page} cell {i}"
+        if not caption:
+            bad.append(f"{where}: no written caption (mystnb: figure: caption: ...)")
+            continue
+        if len(caption.split()) < 15:
+            bad.append(f"{where}: caption too short to say what to notice: {caption!r}")
+        if typed := typed_in(caption, PAGES.get(Path(page).name, []), code_inputs(ROOT / page)):
+            bad.append(f"{where}: numbers typed in the caption (glue them): {typed} in {caption!r}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("kind", ["caption", "alt"])
+def test_no_caption_or_alt_text_holds_a_placeholder(kind: str) -> None:
+    bad = []
+    for page, i, code, caption, alt in FIGURES:
+        text = _caption_and_alt(code, caption, alt)[kind == "alt"]
+        if not text:
+            bad.append(f"{page} cell {i}: no {kind}")
+        elif found := _placeholders(text):
+            bad.append(f"{page} cell {i}: {kind} holds {found}: {text[:120]!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_captions_are_distinct_and_name_a_quantity() -> None:
+    seen: dict[str, str] = {}
+    bad = []
+    for page, i, code, caption, alt in FIGURES:
+        text, _ = _caption_and_alt(code, caption, alt)
+        key = re.sub(r"\W+", " ", text).strip().lower()
+        if key in seen:
+            bad.append(f"{page} cell {i}: the same caption as {seen[key]}: {text[:100]!r}")
+        seen[key] = f"{page} cell {i}"
+        if not QUANTITY.search(text):
+            bad.append(f"{page} cell {i}: caption names no quantity: {text!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_a_written_caption_leads_the_alt_text_and_placeholders_are_dropped() -> None:
+    code = ('ax.plot(x, y, label="measured")\nax.plot(x, z, label=f"theory, n={n}")\n'
+            'ax.set(xlabel="ranks $n$", ylabel="error", title=f"p={p}")\nplt.show()')
+    assert figures.describe(code) == ("error against ranks n.", "error against ranks n. Series: measured.")
+    assert figures.details(code) == "Plotted: error against ranks n. Series: measured."
+    assert _caption_and_alt(code, "Error grows as √n up to {glue:text}`n8:.2f`.", None)[1] == (
+        "Error grows as √n up to {glue:text}`n8:.2f`. Plotted: error against ranks n. Series: measured.")
+    assert _placeholders("bubble {glue:text}`b:.1%` at $m_{i}$") == []
+    assert _placeholders("p=…, {m} ranks") == ["…", "{m}"]
+    assert figures.plain_math(r"J^* \approx (1/b)^{1/r}, \sqrt{2\delta M}, f_\text{min}, 2^{-16}, 2^{e-m}") == \
+        "J^* ≈ (1/b)^(1/r), √(2δ M), f_min, 2^-16, 2^(e-m)"
+    assert typed_in("The bubble is 27.3 % at $m = 8$ on 4 ranks, {glue:text}`b:.1%` in chapter 5.", [], {4.0}) \
+        == ["27.3"]
