@@ -78,20 +78,20 @@ def handout(repo: Path, dest: Path) -> list[str]:
 
 
 def student_toc(text: str) -> str:
-    """The instructor's TOC with its solutions part replaced by an "Exercises" part listing the
-    student notebooks of the same chapters (in the same order)."""
+    """The instructor's TOC with every solutions page replaced, where it stands (each chapter's
+    part: page, lab, exercises), by the student notebook of the same chapter."""
     toc = yaml.safe_load(text)
-    found = False
+    found = 0
     for part in toc.get("parts", []):
-        chapters = part.get("chapters", [])
-        if chapters and all(str(c.get("file", "")).startswith("solutions/") for c in chapters):
-            part["caption"] = "Exercises"
-            part["chapters"] = [{"file": "exercises/" + c["file"].split("/", 1)[1]} for c in chapters]
-            found = True
+        for entry in part.get("chapters", []):
+            name = str(entry.get("file", ""))
+            if name.startswith("solutions/"):
+                entry["file"] = "exercises/" + name.split("/", 1)[1]
+                found += 1
     if not found:
-        raise HandoutError("book/_toc.yml: no part of solutions/ pages to turn into the Exercises part")
+        raise HandoutError("book/_toc.yml: no solutions/ page to turn into its exercises notebook")
     if "solutions/" in yaml.safe_dump(toc):
-        raise HandoutError("book/_toc.yml: a solutions page outside the solutions part")
+        raise HandoutError("book/_toc.yml: a solutions page nested where the handout cannot replace it")
     return _TOC_HEADER + yaml.safe_dump(toc, sort_keys=False, allow_unicode=True)
 
 
