@@ -181,7 +181,7 @@ EXTREME: dict[str, list[dict[str, str]]] = {
              {"global_batch_tokens": "1.7e308", "n_tokens": "1.7e308", "seq_len": "2", "n_gpus": "2"},
              {"n_params": "1e21"}, {"n_tokens": "1e6"}, {"mfu": "1e-300"},
              {"n_params": "1e60"}, {"n_params": "405e9", "n_gpus": "64"},
-             {"global_batch_tokens": "65536", "n_gpus": "16384"}, {"global_batch_tokens": "8192", "n_gpus": "131072"},
+             {"global_batch_tokens": "65536", "n_gpus": "1048576"}, {"global_batch_tokens": "8192", "n_gpus": "131072"},
              {"n_gpus": "1000000", "global_batch_tokens": "1e12"}],
     # TP bytes overflow (t = 1: 0 · inf), heads that tp does not divide, a count past 2**53
     "activation": [{"bytes_per_value": "1e308"}, {"bytes_per_value": "1e308", "tp": "1"}, {"tp": "7"},
