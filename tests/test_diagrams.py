@@ -144,3 +144,22 @@ def test_ep_counts_are_the_router_s_choices():
     assert counts == want
     balanced = comm.ep_bytes_per_layer(tokens, 1, k, ep, bytes_per_value=1) / 4
     assert balanced == pytest.approx(k * tokens * (ep - 1) / ep)
+
+
+def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
+    """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
+    from pathlib import Path
+    book = Path(__file__).resolve().parents[1] / "book"
+    ch14 = (book / "14_expert_parallel.md").read_text(encoding="utf-8")
+    counts = diagrams.ep_send_counts(4, 64, 8, 2, seed=0)
+    off = ", ".join(str(sum(row) - row[i]) for i, row in enumerate(counts))
+    assert off.rsplit(", ", 1)[0] + " and " + off.rsplit(", ", 1)[1] in ch14
+    ch5 = (book / "05_pipeline.md").read_text(encoding="utf-8")
+    for name, v, peak in (("gpipe", 1, 8), ("1f1b", 1, 4), ("interleaved", 2, 5.5)):
+        tl = pipeline.simulate(name, 4, 8, v=v)
+        assert tl.peak_in_flight[0] == peak and f"bubble {tl.bubble_fraction():.0%}".replace("%", " percent") in ch5
+    ch11 = (book / "11_tensor_context.md").read_text(encoding="utf-8")
+    groups = diagrams.mesh_groups(2, 2, 4, 2)
+    for name in diagrams.DIMS:
+        mine = next(g for g in groups[name] if 0 in g)
+        assert "{" + ", ".join(map(str, mine)) + "}" in ch11

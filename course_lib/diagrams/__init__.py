@@ -24,11 +24,11 @@ Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
 ``mesh_coords``, ``ep_send_counts``, …) that the tests check against the calculators.
 This is chapter-level code: the core imports none of it.
 """
-from .mesh import *
+from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
 from .schedules import pipeline_schedules, stash_curve
 from .sharding import fsdp_events, fsdp_unit, zero_ownership, zero_stages
-from .tensor import *
+from .tensor import cp_ring, cp_work, tp_split, tp_stages
 
-__all__ = ["zero_ownership", "zero_stages", "fsdp_events", "fsdp_unit", "pipeline_schedules",
+__all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", "fsdp_unit", "pipeline_schedules",
            "stash_curve", "tp_split", "cp_work", "cp_ring", "mesh_coords", "mesh_groups",
            "layout_mesh", "ep_send_counts", "ep_all_to_all"]

@@ -53,7 +53,7 @@ def pipeline_schedules(p: int = 4, m: int = 8, v: int = 2, *, t_forward: float =
             (f"interleaved, v={v}", pipeline.simulate("interleaved", p, m, v=v, t_forward=t_forward,
                                                       t_backward=t_backward))]
     fig, axes = plots.figure(nrows=4, figsize=(6.4, 6.8), sharex=True, height_ratios=[p, p, p, 0.8 * p])
-    for i, (ax, (name, tl)) in enumerate(zip(axes, runs)):
+    for ax, (name, tl) in zip(axes, runs):
         _gantt(ax, tl)
         ax.set_title(f"{name}: bubble {tl.bubble_fraction():.0%} of the step, rank 0 stashes up to "
                      f"{tl.peak_in_flight[0]:g}", fontsize=9)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from .. import comm, memory, plots
 from .._validate import positive_int, zero_stage
 
-__all__ = ["STATES", "zero_ownership", "zero_stages", "FsdpEvent", "fsdp_events", "fsdp_unit"]
+__all__ = ["STATES", "zero_ownership", "zero_stages", "FsdpEvent", "fsdp_events", "whole_intervals", "fsdp_unit"]
 
 # the three model states of mixed-precision Adam, with their bytes per parameter (memory's defaults)
 STATES = (("weights", 2.0), ("gradients", 2.0), ("optimizer state", 12.0))

@@ -2,6 +2,7 @@
 regions, and the context-parallel ring with its contiguous and zig-zag splits."""
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from .. import comm, plots
@@ -112,7 +113,6 @@ def cp_ring(p: int = 4):
     p = positive_int("p", p)
     colours = [plots.PALETTE[i % len(plots.PALETTE)] for i in range(p)]
     fig, axes = plots.figure(ncols=3, figsize=(6.4, 2.9), width_ratios=[1, 1.1, 1.1])
-    import math
     ring = axes[0]
     for r in range(p):
         a = math.pi / 2 - 2 * math.pi * r / p
