@@ -1,0 +1,34 @@
+"""Concept diagrams drawn from the course's own calculators, so a picture cannot drift from the
+numbers the chapters compute.
+
+Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito colours, text of
+8 pt or more at 6.4 in wide) and reads what it draws from the code the chapter tests:
+
+* chapter 4 (``sharding``): :func:`zero_stages` — who owns which shard of the weights, gradients
+  and optimizer state under DP and ZeRO-1/2/3, from ``memory.zero_memory_breakdown`` and
+  ``comm.zero_bytes_per_step``; :func:`fsdp_unit` — an FSDP unit's gather, compute, free, with
+  the bytes of ``comm.fsdp_bytes_per_step``.
+* chapter 5 (``schedules``): :func:`pipeline_schedules` — GPipe, 1F1B and interleaved 1F1B as
+  the exact simulator ``pipeline.simulate`` replays them, with rank 0's stash of activations.
+* chapter 11 (``tensor``): :func:`tp_split` — Megatron's column→row split with f and g and
+  sequence parallelism's regions, with ``comm.tp_bytes_per_layer``; :func:`cp_ring` — the
+  context-parallel ring and the causal work of a contiguous and a zig-zag split
+  (``parallel.context.chunk_ids``).
+* chapters 11 and 13 (``mesh``): :func:`layout_mesh` — a layout's ranks over nodes, TP fastest,
+  then CP, PP, DP, as ``layout`` numbers them.
+* chapter 14 (``mesh``): :func:`ep_all_to_all` — who sends how many (token, expert) pairs to whom
+  in the dispatch all-to-all, routed by chapter 8's ``moe.token_choice``, beside
+  ``comm.ep_bytes_per_layer``'s balanced expectation.
+
+Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
+``mesh_coords``, ``ep_send_counts``, …) that the tests check against the calculators.
+This is chapter-level code: the core imports none of it.
+"""
+from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
+from .schedules import pipeline_schedules, stash_curve
+from .sharding import fsdp_events, fsdp_unit, zero_ownership, zero_stages
+from .tensor import cp_ring, cp_work, tp_split, tp_stages
+
+__all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", "fsdp_unit", "pipeline_schedules",
+           "stash_curve", "tp_split", "cp_work", "cp_ring", "mesh_coords", "mesh_groups",
+           "layout_mesh", "ep_send_counts", "ep_all_to_all"]

@@ -1,0 +1,165 @@
+"""The concept diagrams (course_lib.diagrams) draw what the calculators compute: ownership from
+memory's ZeRO stages, FSDP's bytes from comm, pipeline boxes from the simulator's events, the
+mesh from layout's rank order, the all-to-all from the router's choices. Cheap: no canvas is
+rendered (about 2 s with the imports)."""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from course_lib import comm, diagrams, layout, memory, pipeline  # noqa: E402
+from course_lib.diagrams import sharding, tensor  # noqa: E402
+from course_lib.parallel.context import chunk_ids  # noqa: E402
+
+DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all"]
+
+
+@pytest.fixture(scope="module")
+def figures():
+    figs = {name: getattr(diagrams, name)() for name in DRAWERS}
+    yield figs
+    for fig in figs.values():
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("name", DRAWERS)
+def test_each_diagram_reads_at_phone_width(figures, name):
+    """6.4 in wide, not taller than wide by much, and no text under 8 pt."""
+    fig = figures[name]
+    w, h = fig.get_size_inches()
+    assert w == pytest.approx(6.4) and h / w <= 1.1
+    small = [t.get_text() for t in fig.findobj(matplotlib.text.Text)
+             if t.get_text().strip() and t.get_fontsize() < 8]
+    assert not small, f"{name}: text under 8 pt: {small[:5]}"
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_ownership_is_memory_s_breakdown(n, stage):
+    own = sharding.zero_ownership(n, stage)
+    per_rank = [sum(size / n * len(own[name][r]) for name, size in sharding.STATES) for r in range(n)]
+    assert per_rank == pytest.approx([memory.zero_memory_per_gpu(1.0, n, stage)] * n)
+    for name, _ in sharding.STATES:
+        assert set().union(*map(set, own[name])) == set(range(n))      # every shard kept somewhere
+    if stage == 3:    # ZeRO-3: rank r keeps exactly shard r, 1/n of every state
+        assert all(own[name] == [[r] for r in range(n)] for name, _ in sharding.STATES)
+
+
+def test_zero_diagram_fills_each_rank_s_bytes(figures):
+    for stage, ax in enumerate(figures["zero_stages"].axes[:4]):
+        filled: dict[float, float] = {}
+        for patch in ax.patches:
+            if patch.get_facecolor()[:3] != (1.0, 1.0, 1.0):
+                filled[round(patch.get_y(), 6)] = filled.get(round(patch.get_y(), 6), 0.0) + patch.get_width()
+        assert len(ax.patches) == 3 * 4 * 4 and len(filled) == 4
+        assert list(filled.values()) == pytest.approx([memory.zero_memory_per_gpu(1.0, 4, stage)] * 4)
+
+
+@pytest.mark.parametrize("units", [1, 3, 6])
+def test_fsdp_events_send_what_comm_counts(units):
+    ev = sharding.fsdp_events(units)
+    n, psi = 4, 1.0
+    kinds = [e.kind for e in ev]
+    assert kinds.count("AG") == 2 * units and kinds.count("RS") == units
+    sent = sum(comm.collective_bytes("all_gather" if e.kind == "AG" else "reduce_scatter", psi / units, n)
+               for e in ev if e.stream == "comm")
+    assert sent == pytest.approx(comm.fsdp_bytes_per_step(psi, n, bytes_per_value=1))
+    for stream in ("comm", "compute"):        # one stream does one thing at a time
+        spans = sorted((e.start, e.end) for e in ev if e.stream == stream)
+        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(spans, spans[1:]))
+    for e in ev:                              # a unit computes only after its own gather
+        if e.kind in ("F", "B"):
+            gathers = [g.end for g in ev if g.kind == "AG" and g.unit == e.unit and g.end <= e.start]
+            assert len(gathers) == (1 if e.kind == "F" else 2)
+    whole = sharding.whole_intervals(ev)
+    ts = {t for _, a, _ in whole for t in (a,)}
+    assert max(sum(a <= t < b for _, a, b in whole) for t in ts) <= 2    # at most two units whole
+
+
+def test_pipeline_boxes_are_the_simulator_s_events(figures):
+    axes = figures["pipeline_schedules"].axes
+    sims = [pipeline.simulate("gpipe", 4, 8), pipeline.simulate("1f1b", 4, 8),
+            pipeline.simulate("interleaved", 4, 8, v=2)]
+    for ax, tl in zip(axes[:3], sims):
+        drawn = sorted((round(float(v[:, 0].min()), 9), round(float(v[:, 0].max()), 9), round(float(v[:, 1].min() + v[:, 1].max()) / 2, 6))
+                       for c in ax.collections for v in (p.vertices for p in c.get_paths()))
+        want = sorted((round(e.start, 9), round(e.end, 9), float(tl.p - 1 - e.rank)) for e in tl.of(kinds=("F", "B")))
+        assert drawn == want
+    for tl in sims:
+        assert max(diagrams.stash_curve(tl, 0)[1]) == pytest.approx(tl.peak_in_flight[0])
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_cp_work_is_the_split_s_causal_share(p):
+    zig, con = tensor.cp_work(p, "zigzag"), tensor.cp_work(p, "contiguous")
+    assert set(zig["work"].values()) == {2 * p + 1}                      # balanced (parallel.context)
+    assert [con["work"][r] for r in range(p)] == [4 * (r + 1) for r in range(p)]
+    for w, scheme in ((zig, "zigzag"), (con, "contiguous")):
+        for r in range(p):
+            ids = chunk_ids(r, p, scheme)
+            rows = ids if scheme == "zigzag" else [2 * ids[0], 2 * ids[0] + 1]
+            assert sorted(q for q, owner in w["owner"].items() if owner == r) == sorted(rows)
+        needed = {(q, k) for q in range(2 * p) for k in range(q + 1)}
+        assert needed <= set().union(*w["computed"].values())            # every causal block computed
+
+
+def test_tp_split_shards_the_hidden_units():
+    for t in (1, 2, 4, 8):
+        plain, sp = tensor.tp_stages(t, False), tensor.tp_stages(t, True)
+        assert [s[2] for s in plain].count("op") == 2 and plain[0][1] == "s × h"
+        cols = {1: "4h", 2: "2h", 4: "h", 8: "h/2"}[t]
+        assert plain[2][1].endswith(f"h × {cols}") and sp[4][1].startswith(f"B_{{r}}: {cols}")
+        assert sp[0][1] == ("s × h" if t == 1 else f"s/{t} × h") and sp[0][2] == "seq"
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 4, 2), (8, 1, 4, 2), (1, 2, 2, 8), (4, 4, 2, 2)])
+@pytest.mark.parametrize("g", [4, 8])
+def test_mesh_groups_follow_layout_s_rank_order(sizes, g):
+    coords = diagrams.mesh_coords(*sizes)
+    groups = diagrams.mesh_groups(*sizes)
+    for d, name in enumerate(diagrams.DIMS):
+        assert all(len(grp) == sizes[d] for grp in groups[name])
+        assert sorted(r for grp in groups[name] for r in grp) == list(range(math.prod(sizes)))
+        mine = next(grp for grp in groups[name] if 0 in grp)
+        stride = math.prod(sizes[:d])
+        assert mine == [i * stride for i in range(sizes[d])]             # TP fastest, then CP, PP, DP
+        assert sum(r < g for r in mine) == layout._in_node(g, sizes, (d,))
+    assert coords[1] == ((1, 0, 0, 0) if sizes[0] > 1 else coords[1])
+
+
+def test_ep_counts_are_the_router_s_choices():
+    ep, tokens, experts, k = 4, 64, 8, 2
+    counts = diagrams.ep_send_counts(ep, tokens, experts, k, seed=0)
+    assert all(sum(row) == tokens * k for row in counts)
+    logits = torch.randn(ep, tokens, experts, generator=torch.Generator().manual_seed(0))
+    top = logits.softmax(-1).topk(k, dim=-1).indices // (experts // ep)      # destination rank
+    want = [[int((top[i] == j).sum()) for j in range(ep)] for i in range(ep)]
+    assert counts == want
+    balanced = comm.ep_bytes_per_layer(tokens, 1, k, ep, bytes_per_value=1) / 4
+    assert balanced == pytest.approx(k * tokens * (ep - 1) / ep)
+
+
+def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
+    """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
+    from pathlib import Path
+    book = Path(__file__).resolve().parents[1] / "book"
+    ch14 = (book / "14_expert_parallel.md").read_text(encoding="utf-8")
+    counts = diagrams.ep_send_counts(4, 64, 8, 2, seed=0)
+    off = ", ".join(str(sum(row) - row[i]) for i, row in enumerate(counts))
+    assert off.rsplit(", ", 1)[0] + " and " + off.rsplit(", ", 1)[1] in ch14
+    ch5 = (book / "05_pipeline.md").read_text(encoding="utf-8")
+    for name, v, peak in (("gpipe", 1, 8), ("1f1b", 1, 4), ("interleaved", 2, 5.5)):
+        tl = pipeline.simulate(name, 4, 8, v=v)
+        assert tl.peak_in_flight[0] == peak and f"bubble {tl.bubble_fraction():.0%}".replace("%", " percent") in ch5
+    ch11 = (book / "11_tensor_context.md").read_text(encoding="utf-8")
+    groups = diagrams.mesh_groups(2, 2, 4, 2)
+    for name in diagrams.DIMS:
+        mine = next(g for g in groups[name] if 0 in g)
+        assert "{" + ", ".join(map(str, mine)) + "}" in ch11
