@@ -176,6 +176,27 @@ def test_the_course_map_lists_every_chapter_with_its_four_artefacts() -> None:
             assert target in row, f"book/index.md: course map row {n} lacks {target}"
 
 
+def test_the_course_map_shows_each_labs_measured_time(html_dir: Path) -> None:
+    """Issue #34: the course map's lab-time column holds each lab's time as make bench measured it
+    (data/lab_times.json), not one budget repeated; the student notebook reads as its file name."""
+    labtimes = _load("course_labtimes")
+    data = labtimes.lab_times()
+    soup = BeautifulSoup((html_dir / "book" / "index.html").read_text(encoding="utf-8"), PARSER)
+    table = next(t for t in soup.select("main table") if "lab time" in t.get_text())
+    heads = [th.get_text(strip=True) for th in table.select("thead th")]
+    shown = []
+    for tr in table.select("tbody tr"):
+        cells = [td.get_text(" ", strip=True) for td in tr.find_all("td")]
+        row = dict(zip(heads, cells))
+        lab = tr.find("a", href=re.compile(r"notebooks/\w+_lab\.html"))["href"].split("/")[-1].removesuffix(".html")
+        assert row["lab time"] == labtimes.shown(data["seconds"][lab]), f"{lab}: {row['lab time']!r}"
+        assert re.fullmatch(r"\d\d_\w+\.ipynb", row["student notebook"]), row["student notebook"]
+        shown.append(row["lab time"])
+    assert len(shown) == len(data["seconds"]) and len(set(shown)) > 1, shown
+    page = soup.get_text(" ", strip=True)
+    assert data["machine"] in page and data["date"] in page
+
+
 def test_a_plot_is_described_by_its_own_code() -> None:
     code = ('fig, ax = plots.figure()\nax.plot(x, y, label="measured")\nax.plot(x, z, label=f"theory, n={n}")\n'
             'ax.set(xlabel="ranks $n$", ylabel="error", title="FP16 all-reduce")\nplt.show()')
