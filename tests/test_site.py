@@ -303,7 +303,8 @@ LAYOUT_REPORT = """() => {
         const first = t.querySelector('tbody tr > :first-child');
         if (innerWidth <= 768 && first && getComputedStyle(first).position !== 'sticky')
             unpinned.push(`${name(t)} "${t.textContent.trim().slice(0, 40)}"`);
-        for (const tr of t.querySelectorAll('tbody tr')) {
+        // (the course map is the exception: its chapter titles wrap at spaces, checked below)
+        for (const tr of t.classList.contains('course-map') ? [] : t.querySelectorAll('tbody tr')) {
             const cell = tr.querySelector('td');
             const line = cell ? parseFloat(getComputedStyle(cell).lineHeight) || 24 : 24;
             if (tr.getBoundingClientRect().height > 2.5 * line + 24)
@@ -311,12 +312,27 @@ LAYOUT_REPORT = """() => {
                               `${tr.getBoundingClientRect().height.toFixed(0)} px tall`);
         }
     }
+    // The landing page's course map at a phone's width: no word broken (nothing overflows a cell that
+    // may only wrap at spaces), and a lab's time on the first screen, beside its chapter.
+    const mapProblems = [];
+    for (const t of article.querySelectorAll('table.course-map')) {
+        const scroller = t.closest('.pst-scrollable-table-container') || t.parentElement;
+        const right = scroller.getBoundingClientRect().right;
+        for (const td of t.querySelectorAll('td')) {
+            const cs = getComputedStyle(td);
+            if (cs.overflowWrap !== 'normal' || cs.wordBreak !== 'normal' || td.scrollWidth > td.clientWidth + 1)
+                mapProblems.push(`cell "${td.textContent.trim().slice(0, 30)}" may break a word`);
+        }
+        const time = t.querySelector('tbody tr > :nth-child(4)');
+        if (innerWidth <= 400 && time && time.getBoundingClientRect().right > right + 1)
+            mapProblems.push(`the lab time ends at ${time.getBoundingClientRect().right.toFixed(0)} px, past the first screen`);
+    }
     const doc = document.documentElement;
     const copy = (document.querySelector('main') || document.body).cloneNode(true);
     copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
                           '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
     const text = copy.textContent;
-    return {clipped, fits100, squashed, tallRows, tallTables, unpinned, pageOverflow: doc.scrollWidth - doc.clientWidth,
+    return {clipped, fits100, squashed, tallRows, tallTables, unpinned, mapProblems, pageOverflow: doc.scrollWidth - doc.clientWidth,
             tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
             widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
 }"""
@@ -342,6 +358,7 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
                                    + "\n  ".join(r["tallRows"][:10]))
         assert not r["tallTables"], (f"{site_page} at {width} px, wide tables over two screens tall:\n  "
                                      + "\n  ".join(r["tallTables"][:10]))
+        assert not r["mapProblems"], f"{site_page} at {width} px, the course map: " + "; ".join(r["mapProblems"])
         assert not r["unpinned"], (f"{site_page} at {width} px, wide tables whose first column scrolls away:\n  "
                                    + "\n  ".join(r["unpinned"][:10]))
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
