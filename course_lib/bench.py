@@ -5,7 +5,9 @@ budget, (2) the ratios the book quotes, each measured now by the same library ca
 (3) the time to grade a class of 30 submissions (chapter 1, half masters, half untouched exercises:
 each sandboxed and executed in full) on this machine's cores, and optionally (4) the wall time of
 the whole test suite (``--tests``). ``--only grading`` (``make bench-grading``) runs one part.
-Results also go to ``build/bench.json`` so a CI job can keep them.
+Results also go to ``build/bench.json`` so a CI job can keep them, and the labs' times to
+``data/lab_times.json`` (committed: the landing page's course map shows them, with the machine and
+the date they were measured on; ``--notebooks 'notebooks/*.ipynb'`` times only the labs).
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import argparse
 import contextlib
 import io
 import json
+import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -23,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = 90.0
 PARTS = ("notebooks", "ratios", "grading")
+LAB_TIMES = ROOT / "data" / "lab_times.json"
+NOTEBOOKS = ("notebooks/*.ipynb", "solutions/*.ipynb")
 
 
 def time_notebook(path: Path, timeout: float = 600) -> float:
@@ -160,6 +166,24 @@ def time_grading(n_students: int = 30, *, master: Path | None = None, exercise: 
             "full_marks": sum(p == 100.0 for p in per), "zero": sum(p == 0.0 for p in per)}
 
 
+def write_lab_times(times: dict, path: Path = LAB_TIMES) -> dict | None:
+    """Keep the labs' measured times (``notebooks/NAME.ipynb`` -> seconds) in ``path``, merged into
+    what it holds (a lab not timed this run keeps its earlier time), with the machine and the date:
+    the landing page's course map reads them at build time (book/_ext/course_labtimes.py)."""
+    labs = {Path(k).stem: v for k, v in times.items() if k.startswith("notebooks/") and isinstance(v, (int, float))}
+    if not labs:
+        return None
+    old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    data = {"produced_by": "make bench (python -m course_lib.bench): each lab executed in a fresh kernel by nbclient",
+            "machine": f"{os.cpu_count()} CPU cores, {platform.machine()}, {platform.system()}",
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "budget_s": BUDGET_S,
+            "seconds": dict(sorted({**old.get("seconds", {}), **labs}.items()))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m course_lib.bench", description=__doc__)
     ap.add_argument("--tests", action="store_true", help="also time the whole test suite (make test)")
@@ -167,14 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=PARTS, action="append",
                     help="run only this part (repeatable; default: all three)")
     ap.add_argument("--class-size", type=int, default=30, help="submissions in the grading part (default 30)")
+    ap.add_argument("--notebooks", action="append", metavar="GLOB",
+                    help="the notebooks to time, relative to the course (repeatable; default: "
+                         + " and ".join(NOTEBOOKS) + ")")
+    ap.add_argument("--lab-times", type=Path, default=LAB_TIMES,
+                    help="where the labs' times go for the course map (default data/lab_times.json)")
     args = ap.parse_args(argv)
     parts = args.only or list(PARTS)
     report: dict = {"notebooks": {}, "ratios": [], "grading": None, "test_seconds": None}
     failed: list[str] = []
     if "notebooks" in parts:
-        paths = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
+        paths = [p for pattern in (args.notebooks or NOTEBOOKS) for p in sorted(ROOT.glob(pattern))]
         print("notebook execution times (budget 90 s each)")
         report["notebooks"], failed = time_notebooks(paths)
+        if write_lab_times(report["notebooks"], args.lab_times):
+            print(f"  the labs' times: {args.lab_times}")
     if "ratios" in parts:
         print("\nmeasured / theory")
         for what, ratio, how in ratios():

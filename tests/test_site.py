@@ -291,10 +291,20 @@ LAYOUT_REPORT = """() => {
     }
     // A wide results table (five columns or more) scrolls inside its box with one line per row, so
     // it stays short on a phone instead of squeezing its columns into word-wide strips.
-    const tallRows = [];
+    const tallRows = [], tallTables = [], unpinned = [];
     for (const t of article.querySelectorAll('table')) {
         if (!t.querySelector('tr > :nth-child(5)')) continue;
-        for (const tr of t.querySelectorAll('tbody tr')) {
+        // ... and is at most two screens tall (chapter 13's published runs were 1,790 px at 390),
+        // its first column pinned while it scrolls on a phone
+        const height = t.getBoundingClientRect().height;
+        if (height > 2 * innerHeight)
+            tallTables.push(`${name(t)} "${t.textContent.trim().slice(0, 40)}": ${height.toFixed(0)} px, ` +
+                            `${(height / innerHeight).toFixed(1)} screens of ${innerHeight} px`);
+        const first = t.querySelector('tbody tr > :first-child');
+        if (innerWidth <= 768 && first && getComputedStyle(first).position !== 'sticky')
+            unpinned.push(`${name(t)} "${t.textContent.trim().slice(0, 40)}"`);
+        // (the course map is the exception: its chapter titles wrap at spaces, checked below)
+        for (const tr of t.classList.contains('course-map') ? [] : t.querySelectorAll('tbody tr')) {
             const cell = tr.querySelector('td');
             const line = cell ? parseFloat(getComputedStyle(cell).lineHeight) || 24 : 24;
             if (tr.getBoundingClientRect().height > 2.5 * line + 24)
@@ -302,12 +312,27 @@ LAYOUT_REPORT = """() => {
                               `${tr.getBoundingClientRect().height.toFixed(0)} px tall`);
         }
     }
+    // The landing page's course map at a phone's width: no word broken (nothing overflows a cell that
+    // may only wrap at spaces), and a lab's time on the first screen, beside its chapter.
+    const mapProblems = [];
+    for (const t of article.querySelectorAll('table.course-map')) {
+        const scroller = t.closest('.pst-scrollable-table-container') || t.parentElement;
+        const right = scroller.getBoundingClientRect().right;
+        for (const td of t.querySelectorAll('td')) {
+            const cs = getComputedStyle(td);
+            if (cs.overflowWrap !== 'normal' || cs.wordBreak !== 'normal' || td.scrollWidth > td.clientWidth + 1)
+                mapProblems.push(`cell "${td.textContent.trim().slice(0, 30)}" may break a word`);
+        }
+        const time = t.querySelector('tbody tr > :nth-child(4)');
+        if (innerWidth <= 400 && time && time.getBoundingClientRect().right > right + 1)
+            mapProblems.push(`the lab time ends at ${time.getBoundingClientRect().right.toFixed(0)} px, past the first screen`);
+    }
     const doc = document.documentElement;
     const copy = (document.querySelector('main') || document.body).cloneNode(true);
     copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
                           '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
     const text = copy.textContent;
-    return {clipped, fits100, squashed, tallRows, pageOverflow: doc.scrollWidth - doc.clientWidth,
+    return {clipped, fits100, squashed, tallRows, tallTables, unpinned, mapProblems, pageOverflow: doc.scrollWidth - doc.clientWidth,
             tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
             widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
 }"""
@@ -318,7 +343,8 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
     """Issue #21: nothing clipped at desktop and phone widths, a 100-column print fits the desktop
     column, no widget repr, no raw TeX commands outside math; issue #34: every figure keeps its
     aspect ratio (within 2 %) at both widths, and a table of five or more columns keeps its rows one
-    line tall (it scrolls sideways instead)."""
+    line tall (it scrolls sideways instead, its first column pinned on a phone) and is at most two
+    screens tall."""
     if not (html_dir / f"{site_page}.html").is_file():
         pytest.skip(f"no {site_page}.html in this build")
     layouts = _page_visit(page_visits, browser, site_url, site_page).layouts
@@ -330,6 +356,11 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
                                    + "\n  ".join(r["squashed"][:10]))
         assert not r["tallRows"], (f"{site_page} at {width} px, wide tables wrap their rows:\n  "
                                    + "\n  ".join(r["tallRows"][:10]))
+        assert not r["tallTables"], (f"{site_page} at {width} px, wide tables over two screens tall:\n  "
+                                     + "\n  ".join(r["tallTables"][:10]))
+        assert not r["mapProblems"], f"{site_page} at {width} px, the course map: " + "; ".join(r["mapProblems"])
+        assert not r["unpinned"], (f"{site_page} at {width} px, wide tables whose first column scrolls away:\n  "
+                                   + "\n  ".join(r["unpinned"][:10]))
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
         if width >= 1200:
             assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"

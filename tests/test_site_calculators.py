@@ -39,8 +39,25 @@ INT_RE = re.compile(r"^[+-]?\d+$")
 FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^[+-]?(nan|inf|infinity)$", re.IGNORECASE)
 
 
+# The reader's units (issue #34): a magnitude at the end of a number, read as calculators.js reads it
+# (expandSuffix): k M B/G T P are powers of 1000, Ki Mi Gi Ti Pi of 1024; an integer stays an int.
+SUFFIX_RE = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)\s*(ki|mi|gi|ti|pi|k|m|b|g|t|p)$", re.IGNORECASE)
+DECIMAL = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12, "p": 15}
+
+
+def expand_suffix(text: str) -> str:
+    m = SUFFIX_RE.match(text)
+    if not m:
+        return text
+    sign, num, suffix = m.group(1), m.group(2), m.group(3).lower()
+    if suffix in DECIMAL:
+        return sign + num + ("0" * DECIMAL[suffix] if num.isdigit() else f"e{DECIMAL[suffix]}")
+    scale = 1024 ** ("kmgtp".index(suffix[0]) + 1)
+    return sign + (str(int(num) * scale) if num.isdigit() else repr(float(num) * scale))
+
+
 def py_value(text: str) -> object:
-    t = text.strip()
+    t = expand_suffix(text.strip())
     if INT_RE.match(t):
         return int(t)
     if FLOAT_RE.match(t):
@@ -225,7 +242,8 @@ DRIVE = """([name, cases]) => {
         const out = {};
         for (const o of box.querySelectorAll('output[data-key]')) out[o.dataset.key] = o.dataset.value;
         const values = Object.fromEntries(fields.map(e => [e.name, e.value]));
-        return {values, out, error: box.querySelector('.course-calc-error').textContent};
+        const shown = box.querySelector('.course-calc-error');
+        return {values, out, error: shown.dataset.message || '', shown: shown.textContent};
     });
 }"""
 DEFAULTS = """(name) => Object.fromEntries([...document.querySelectorAll(
@@ -273,9 +291,10 @@ def _check(page: Any, name: str, cases: list[dict[str, str]]) -> int:
         if want is None:
             errors += 1
             assert got["error"] == message, f"{where}: page says {got['error']!r}, Python {message!r}"
+            _check_reader_units(name, message, got["shown"])
             assert not got["out"], f"{where}: an error, yet outputs are shown"
             continue
-        assert not got["error"], f"{where}: page says {got['error']!r}, Python returns {want}"
+        assert not got["error"] and not got["shown"], f"{where}: page says {got['shown']!r}, Python returns {want}"
         assert set(got["out"]) == set(want), where
         for key, value in want.items():
             if isinstance(value, str):
@@ -284,6 +303,41 @@ def _check(page: Any, name: str, cases: list[dict[str, str]]) -> int:
             js = float(got["out"][key])
             assert math.isclose(js, value, rel_tol=REL, abs_tol=0.0), f"{where}: {key} {js!r} != {value!r}"
     return errors
+
+
+QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+ARGUMENT = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+QUOTES_A_VALUE = re.compile(r"\b([a-z][a-z0-9_]*)=([^\s,:;()]+)|\bgot ([^\s,:;()']+)")
+
+
+def _check_reader_units(name: str, python: str, shown: str) -> None:
+    """Issue #34: what the page shows for Python's message ``python``: (1) every argument it names
+    is a field of this form (the planner's "a larger usable_fraction" is not: the form has no such
+    field), (2) each value it quotes (``name=value``, ``got value``) is the value Python quotes,
+    written in the reader's units that the form reads back (70000000000.0 shows as 70B), and (3) no
+    Python float of five or more digits (70000000000.0, 1e+300) is left outside quoted input."""
+    fields = set(GRIDS[name])
+    bare = QUOTED.sub("", shown)
+    assert set(ARGUMENT.findall(bare)) <= fields, \
+        f"{name}: {shown!r} names {sorted(set(ARGUMENT.findall(bare)) - fields)}, not fields of the form"
+    def quoted(text: str) -> list[tuple[str, float]]:
+        out = []
+        for m in QUOTES_A_VALUE.finditer(QUOTED.sub("''", text)):
+            value = m.group(2) if m.group(1) else m.group(3)
+            number = py_value(value)
+            if isinstance(number, (int, float)):
+                out.append((m.group(1) or "got", float(number)))
+        return out
+    want, got = quoted(python), quoted(shown)
+    if name == "plan":    # the planner's rewording may leave a value out (its usable_fraction)
+        pairs = [(w, next((g for g in got if g[0] == w[0]), None)) for w in want if any(g[0] == w[0] for g in got)]
+    else:
+        assert [k for k, _ in got] == [k for k, _ in want], f"{name}: {shown!r} quotes other values than {python!r}"
+        pairs = list(zip(want, got))
+    for (key, value), (_, other) in pairs:
+        assert other == value or (math.isnan(other) and math.isnan(value)), \
+            f"{name}: {shown!r} shows {key}={other!r}, Python {value!r} ({python!r})"
+    assert not re.search(r"(?<![\w.])\d{5,}\.0\b|\de\+\d", bare), f"{name}: a raw Python float in {shown!r}"
 
 
 @pytest.mark.parametrize("name", list(CALCULATORS))
@@ -469,3 +523,31 @@ def test_precision_offers_only_what_the_accelerator_has(pages: Callable[[str], A
                 document.querySelector(box + ' .course-calc-error').textContent];
     }""", [box, has, rare, lacks])
     assert got == [rare, "bf16", ""], got
+
+
+def test_numbers_and_errors_in_the_readers_units(pages: Callable[[str], Any]) -> None:
+    """Issue #34: a field reads 70B, 15T, 2k, 1.5M, 128Ki as the numbers they name (as Python reads
+    the expanded text: the results agree), and an error shows its numbers that way (n_params=405B,
+    not 405000000000.0) while keeping Python's own message in data-message; the planner's errors
+    name only the form's own fields (no usable_fraction)."""
+    page = pages("book/01_flops")
+    reader = page.evaluate("""(xs) => xs.map(x => window.COURSE_CALC.lib.readerNumber(x))""",
+                           ["70000000000.0", "15600000000000.0", "131072", "1e+300", "2048", "4194304.0",
+                            "9007199254740993", "-1e+16", "12345", "1.5e-07", "inf", "600.0"])
+    assert reader == ["70B", "15.6T", "128Ki", "1e300", "2048", "4Mi", "9.007199254740993P", "-10P", "12.345k",
+                      "1.5e-07", "inf", "600.0"], reader
+    cases = [{"n_params": "70B", "n_tokens": "15T"}, {"n_gpus": "2k"}, {"n_params": "1.5M"}, {"n_gpus": "16Ki"},
+             {"n_tokens": "15.6t"}, {"n_params": "70 b"}, {"n_params": "-70B"}, {"n_gpus": "0.5k"},
+             {"n_gpus": "1.5Ki"}, {"n_params": "70X"}, {"n_params": "1e3k"}, {"n_params": "2P", "n_tokens": "1e300"}]
+    assert _check(page, "training_days", cases) == 4    # -70B, 70X, 1e3k and an overflow
+    got = page.evaluate(DRIVE, ["training_days", [{"n_params": "70B", "n_tokens": "15T"}, {"n_params": "-70B"}]])
+    assert math.isclose(float(got[0]["out"]["days"]), flops.training_days(70e9, 15e12, 1024, 0.45), rel_tol=REL)
+    assert got[1]["error"] == "n_params must be positive, got -70000000000" and got[1]["shown"] == \
+        "n_params must be positive, got -70B", got[1]
+    plan = pages("book/13_plan")
+    cases = [{"n_params": "405B", "n_gpus": "64"}, {"n_params": "70B", "n_tokens": "15T", "n_gpus": "2Ki",
+                                                  "seq_len": "8Ki", "global_batch_tokens": "16Mi"}]
+    assert _check(plan, "plan", cases) == 1
+    shown = plan.evaluate(DRIVE, ["plan", cases[:1]])[0]["shown"]
+    assert "n_params=405B on n_gpus=64" in shown and "usable_fraction" not in shown, shown
+    assert "or a shorter seq_len" in shown and "90 % of HBM usable" in shown, shown

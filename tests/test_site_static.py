@@ -176,6 +176,27 @@ def test_the_course_map_lists_every_chapter_with_its_four_artefacts() -> None:
             assert target in row, f"book/index.md: course map row {n} lacks {target}"
 
 
+def test_the_course_map_shows_each_labs_measured_time(html_dir: Path) -> None:
+    """Issue #34: the course map's lab-time column holds each lab's time as make bench measured it
+    (data/lab_times.json), not one budget repeated; the student notebook reads as its file name."""
+    labtimes = _load("course_labtimes")
+    data = labtimes.lab_times()
+    soup = BeautifulSoup((html_dir / "book" / "index.html").read_text(encoding="utf-8"), PARSER)
+    table = next(t for t in soup.select("main table") if "lab time" in t.get_text())
+    heads = [th.get_text(strip=True) for th in table.select("thead th")]
+    shown = []
+    for tr in table.select("tbody tr"):
+        cells = [td.get_text(" ", strip=True) for td in tr.find_all("td")]
+        row = dict(zip(heads, cells))
+        lab = tr.find("a", href=re.compile(r"notebooks/\w+_lab\.html"))["href"].split("/")[-1].removesuffix(".html")
+        assert row["lab time"] == labtimes.shown(data["seconds"][lab]), f"{lab}: {row['lab time']!r}"
+        assert re.fullmatch(r"\d\d_\w+\.ipynb", row["student notebook"]), row["student notebook"]
+        shown.append(row["lab time"])
+    assert len(shown) == len(data["seconds"]) and len(set(shown)) > 1, shown
+    page = soup.get_text(" ", strip=True)
+    assert data["machine"] in page and data["date"] in page
+
+
 def test_a_plot_is_described_by_its_own_code() -> None:
     code = ('fig, ax = plots.figure()\nax.plot(x, y, label="measured")\nax.plot(x, z, label=f"theory, n={n}")\n'
             'ax.set(xlabel="ranks $n$", ylabel="error", title="FP16 all-reduce")\nplt.show()')
@@ -196,19 +217,26 @@ def test_chinese_terms_are_indexed_by_their_pieces() -> None:
     assert {"inference", "推理", "数据并行", "全分片数据并行"} <= set(words)
 
 
-def _node_search(script: Path, data: list | Path, queries: list[str]) -> dict[str, list]:
+def _node_search(script: Path, data: list | Path, queries: list[str], zh: dict | None = None) -> dict[str, list]:
+    """``courseSearch`` in Node for each query, best first, over ``data``: a list of sections (with
+    ``zh`` as COURSE_ZH), or the built course_sections.js, which defines both."""
     program = """
-const fs = require("fs");
+const fs = require("fs"), vm = require("vm");
 const {courseSearch} = require(process.argv[1]);
-let data = process.argv[2];
-data = data.startsWith("[") ? JSON.parse(data) : JSON.parse(fs.readFileSync(data, "utf8").replace(/^var COURSE_SECTIONS = /, "").replace(/;\\s*$/, ""));
+let data = process.argv[2], zh = JSON.parse(process.argv[4]);
+if (data.startsWith("[")) data = JSON.parse(data);
+else {
+  const ctx = {};
+  vm.runInNewContext(fs.readFileSync(data, "utf8") + ";this.s = COURSE_SECTIONS; this.z = COURSE_ZH;", ctx);
+  [data, zh] = [ctx.s, ctx.z];
+}
 const out = {};
-for (const q of JSON.parse(process.argv[3])) out[q] = courseSearch(q, data).reverse();
+for (const q of JSON.parse(process.argv[3])) out[q] = courseSearch(q, data, zh).reverse();
 console.log(JSON.stringify(out));
 """
     arg = json.dumps(data, ensure_ascii=False) if isinstance(data, list) else str(data)
-    run = subprocess.run([NODE or "node", "-e", program, str(script), arg, json.dumps(queries, ensure_ascii=False)],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run([NODE or "node", "-e", program, str(script), arg, json.dumps(queries, ensure_ascii=False),
+                          json.dumps(zh or {}, ensure_ascii=False)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -357,6 +385,38 @@ def test_search_by_section_on_the_built_site(html_dir: Path) -> None:
     assert found["推理"] and found["推理"][0][0] == "book/glossary"
     assert found["bubble"][0][0].endswith("05_pipeline") or found["bubble"][0][0].endswith("05_pipeline_lab")
     assert all(r[3] for r in found["bubble"]), "every section result carries a snippet"
+
+
+@needs_node
+def test_search_shows_titles_tolerates_typos_and_finds_chapters_in_chinese(html_dir: Path) -> None:
+    """Issue #34: a result shows section titles, never an internal label ("[sec-05-split]" was one);
+    a typo of a long word still finds it; a Chinese term finds the chapter sections about its
+    English term (through the glossary), after the glossary's own entry."""
+    data = html_dir / "_static" / search.DATA_FILE
+    found = _node_search(html_dir / "_static" / "course_search.js", data,
+                         ["气泡", "数据并行", "stragler", "pipline bubble", "bubble", "xqzvwk"])
+    label = re.compile(r"\b(sec|fig|eq|tab)-[0-9a-z]+(-[0-9a-z]+)+\b")
+    for query, results in found.items():
+        for r in results:
+            assert not label.search(r[1] + " " + r[3]), f"{query!r}: {r[1]!r} shows a label: {r[3]!r}"
+    glossary_bubble = next(r for r in found["bubble"] if r[0] == "book/glossary")
+    assert "[The bubble: fill, drain" in glossary_bubble[3], glossary_bubble[3]    # a {ref} reads as its title
+    for zh, chapter in (("气泡", "book/05_pipeline"), ("数据并行", "book/04_dp_fsdp")):
+        docs = [r[0] for r in found[zh]]
+        assert docs[0] == "book/glossary" and chapter in docs, f"{zh}: {docs[:8]}"
+    assert any(r[0] == "book/10_pipeline_rl" for r in found["stragler"][:5]), [r[:3] for r in found["stragler"][:5]]
+    assert found["pipline bubble"][0][0] in ("book/05_pipeline", "notebooks/05_pipeline_lab"), found["pipline bubble"][:3]
+    assert found["xqzvwk"] == []
+
+
+@needs_node
+def test_typo_distance_is_bounded() -> None:
+    """Edit distance 1 for 5 to 7 letters (a swap of neighbours is 1), 2 from 8; shorter words
+    match only as typed."""
+    sections = [["book/10", "RL", "s", "Stragglers", "a straggler waits; the bubble"]]
+    queries = ["stragler", "strgglr", "bubbel", "buble", "bxbxle", "bubl", "strxgglxr", "strxgxlxr"]
+    found = _node_search(SEARCH_JS, sections, queries)
+    assert [q for q in queries if found[q]] == ["stragler", "bubbel", "buble", "strxgglxr"], found
 
 
 def test_site_ships_the_cjk_font_for_every_character_it_shows(html_dir: Path) -> None:

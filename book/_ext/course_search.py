@@ -8,6 +8,12 @@
   so "数据并行" found nothing. ``SearchEnglishCJK`` also indexes every 2- to 6-character piece
   of such a run, so Sphinx's own index (searchindex.js) finds Chinese terms without a word
   segmenter (jieba is not installed here).
+* Chinese to English: the chapters are written in English and name a Chinese term only in the
+  glossary, so ``COURSE_ZH`` maps each Chinese term of a glossary definition to its English term
+  ("气泡" -> "bubble"); the search page looks for the English term in the chapters too.
+* References show what the reader sees: a ``{ref}`` without its own text reads as the section's
+  title, a ``{doc}`` as the page's title, and citation keys are left out, so no result shows an
+  internal label such as "sec-05-split".
 """
 from __future__ import annotations
 
@@ -45,33 +51,77 @@ class SearchEnglishCJK(SearchEnglish):
         return words + [p for p in cjk_pieces(input) if p not in words]
 
 
-def _text(node: nodes.Node) -> str:
-    """Plain text of ``node`` without code-cell sources, raw HTML or nested sections."""
+def _xref_text(node: addnodes.pending_xref, env: Any) -> str | None:
+    """What an unresolved reference will read as on the page, where its text is still the target
+    (a label, a document name, a citation key); ``None``: its own text is what the reader sees."""
+    if node.get("refexplicit"):
+        return None
+    domain, kind, target = node.get("refdomain"), node.get("reftype"), node.get("reftarget", "")
+    if domain in ("cite", "footcite"):
+        return ""                             # the key; the prose names the authors already
+    if env is None:
+        return None
+    if domain == "std" and kind in ("ref", "numref"):
+        label = env.domaindata["std"]["labels"].get(target.lower())
+        return label[2] if label and label[2] else ""
+    if kind == "doc":
+        from sphinx.util import docname_join
+        title = env.titles.get(docname_join(node.get("refdoc", ""), target))
+        return title.astext() if title is not None else None
+    return None
+
+
+def _text(node: nodes.Node, env: Any = None) -> str:
+    """Plain text of ``node`` without code-cell sources, raw HTML or nested sections; references
+    read as they will on the page (``_xref_text``) when the build environment ``env`` is given."""
     if isinstance(node, (*SKIP, nodes.section)):
         return ""
+    if isinstance(node, addnodes.pending_xref):
+        shown = _xref_text(node, env)
+        if shown is not None:
+            return shown
     if isinstance(node, nodes.container) and node.get("nb_element") == "cell_code_source":
         return ""
     if isinstance(node, nodes.Text):
         return str(node)
     sep = " " if isinstance(node, (nodes.paragraph, nodes.term, nodes.title, nodes.entry, nodes.list_item)) else ""
-    return "".join(_text(child) for child in node.children) + sep
+    return "".join(_text(child, env) for child in node.children) + sep
 
 
-def sections(doctree: nodes.document) -> list[tuple[str, str, str]]:
+def _is_glossary_term(term: nodes.term) -> bool:
+    return bool(term["ids"]) and isinstance(term.parent, nodes.definition_list_item) \
+        and "glossary" in term.parent.parent.get("classes", [])
+
+
+def sections(doctree: nodes.document, env: Any = None) -> list[tuple[str, str, str]]:
     """``(anchor, title, text)`` for each section of a page and each glossary term in it."""
     out = []
     for section in doctree.findall(nodes.section):
         title = section.next_node(nodes.title)
         if not section["ids"] or title is None:
             continue
-        body = re.sub(r"\s+", " ", "".join(_text(c) for c in section.children if c is not title)).strip()
+        body = re.sub(r"\s+", " ", "".join(_text(c, env) for c in section.children if c is not title)).strip()
         out.append((section["ids"][0], title.astext(), body))
         for term in section.findall(nodes.term):
-            if term["ids"] and isinstance(term.parent, nodes.definition_list_item) \
-                    and term.parent.parent.get("classes", []) and "glossary" in term.parent.parent["classes"]:
+            if _is_glossary_term(term):
                 definition = term.parent.next_node(nodes.definition)
-                text = re.sub(r"\s+", " ", _text(definition) if definition else "").strip()
+                text = re.sub(r"\s+", " ", _text(definition, env) if definition else "").strip()
                 out.append((term["ids"][0], term.astext(), text))
+    return out
+
+
+def chinese_terms(doctree: nodes.document) -> dict[str, list[str]]:
+    """``{Chinese term: [English glossary terms, lower case]}`` from the glossary definitions of a
+    page: each run of Chinese characters in a definition is a name of the term it defines."""
+    out: dict[str, list[str]] = {}
+    for term in doctree.findall(nodes.term):
+        if not _is_glossary_term(term):
+            continue
+        definition = term.parent.next_node(nodes.definition)
+        english = term.astext().strip().lower()
+        for run in CJK_RUN.findall(_text(definition) if definition else ""):
+            if english not in out.setdefault(run, []):
+                out[run].append(english)
     return out
 
 
@@ -83,9 +133,19 @@ def section_data(app: Sphinx) -> list[list[str]]:
         if docname not in env.titles:
             continue
         page = env.titles[docname].astext()
-        for anchor, title, text in sections(env.get_doctree(docname)):
+        for anchor, title, text in sections(env.get_doctree(docname), env):
             rows.append([docname, page, anchor, title, text])
     return rows
+
+
+def chinese_index(app: Sphinx) -> dict[str, list[str]]:
+    """Every Chinese glossary term of the build and its English terms (``chinese_terms``)."""
+    out: dict[str, list[str]] = {}
+    for docname in sorted(app.env.found_docs):
+        if docname in app.env.titles:
+            for zh, english in chinese_terms(app.env.get_doctree(docname)).items():
+                out.setdefault(zh, []).extend(e for e in english if e not in out.get(zh, []))
+    return out
 
 
 def _write_data(app: Sphinx, exception: Exception | None) -> None:
@@ -94,7 +154,8 @@ def _write_data(app: Sphinx, exception: Exception | None) -> None:
     static = Path(app.outdir) / "_static"
     static.mkdir(parents=True, exist_ok=True)
     payload = json.dumps(section_data(app), ensure_ascii=False, separators=(",", ":"))
-    (static / DATA_FILE).write_text(f"var COURSE_SECTIONS = {payload};\n", encoding="utf-8")
+    zh = json.dumps(chinese_index(app), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    (static / DATA_FILE).write_text(f"var COURSE_SECTIONS = {payload};\nvar COURSE_ZH = {zh};\n", encoding="utf-8")
 
 
 def _search_page_only(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:  # noqa: ARG001

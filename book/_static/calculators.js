@@ -51,10 +51,28 @@
   var INT_RE = /^[+-]?\d+$/;
   var FLOAT_RE = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^[+-]?(nan|inf|infinity)$/i;
 
+  /* The reader's units: a number may end in a magnitude, any case: k (thousand), M (million, never
+   * milli), B or G (billion), T (trillion), P (10^15), or a binary one, Ki Mi Gi Ti Pi (1024^n:
+   * "128Ki" tokens is 131072); e-notation (1e9) works as before. An integer with a magnitude is the
+   * integer it names ("70B" is 70000000000), a decimal one the float it names ("1.5M" is 1.5e6,
+   * rounded once, as Python's float("1.5e6")). */
+  var SUFFIX_RE = /^([+-]?)(\d+\.?\d*|\.\d+)\s*(ki|mi|gi|ti|pi|k|m|b|g|t|p)$/i;
+  var DECIMAL = {k: 3, m: 6, b: 9, g: 9, t: 12, p: 15}, BINARY = {ki: 1, mi: 2, gi: 3, ti: 4, pi: 5};
+  function expandSuffix(t) {
+    var m = SUFFIX_RE.exec(t);
+    if (!m) return t;
+    var sign = m[1], num = m[2], suffix = m[3].toLowerCase(), isInt = /^\d+$/.test(num);
+    if (suffix in DECIMAL) return sign + num + (isInt ? "0".repeat(DECIMAL[suffix]) : "e" + DECIMAL[suffix]);
+    var scale = Math.pow(1024, BINARY[suffix]);    // a power of two: the product is exact
+    if (isInt && typeof BigInt === "function") return sign + (BigInt(num) * BigInt(scale)).toString();
+    return sign + pyFloatRepr(Number(num) * scale);
+  }
+
   /* What a text field holds, read the way the test reads it for Python: an integer literal is an
-   * int, another float literal a float, anything else (empty included) the string itself. */
+   * int, another float literal a float, anything else (empty included) the string itself; a
+   * magnitude (expandSuffix) is read first. */
   function parseField(text) {
-    var t = text.trim();
+    var t = expandSuffix(text.trim());
     if (INT_RE.test(t)) {
       var neg = t[0] === "-", digits = t.replace(/^[+-]/, "").replace(/^0+(?=\d)/, "");
       var canon = (neg && digits !== "0" ? "-" : "") + digits;
@@ -68,6 +86,53 @@
       return {isNum: true, isInt: false, num: num, repr: pyFloatRepr(num)};
     }
     return {isNum: false, isInt: false, num: NaN, repr: pyStrRepr(t)};
+  }
+
+  /* A number of a message (Python's repr of an int or a float) in the reader's units, which the
+   * form reads back to the same value: 70000000000.0 -> 70B, 15600000000000.0 -> 15.6T, 131072 ->
+   * 128Ki (a power-of-two multiple that the decimal form would spell with more digits), 1e+300 ->
+   * 1e300. Below 10,000, and nan/inf, it stays as Python wrote it. */
+  var DECIMAL_NAMES = ["k", "M", "B", "T", "P"], BINARY_NAMES = ["Ki", "Mi", "Gi", "Ti", "Pi"];
+  function readerNumber(token) {
+    var sign = token[0] === "-" ? "-" : "", body = token.replace(/^[+-]/, ""), x = Number(body);
+    if (!isFinite(x) || x < 1e4) return token;
+    var digits, e;
+    if (/[.e]/i.test(body)) {    // a float: its shortest digits (Python's repr and JS agree)
+      var m = /^(\d)(?:\.(\d+))?e\+?(-?\d+)$/.exec(x.toExponential());
+      digits = m[1] + (m[2] || "");
+      e = parseInt(m[3], 10);
+    } else {                      // an int: every digit, even past 2**53
+      digits = body.replace(/^0+/, "");
+      e = digits.length - 1;
+      digits = digits.replace(/0+$/, "");
+    }
+    if (e >= 18) return sign + digits[0] + (digits.length > 1 ? "." + digits.slice(1) : "") + "e" + e;
+    if (digits.length > 4 && x < D.max_int && x === Math.floor(x)) {    // below 2**53 a double is the exact integer
+      for (var k = 5; k >= 1; k--) {
+        var q = x / Math.pow(1024, k);
+        if (q === Math.floor(q) && String(q).length <= 4) return sign + q + BINARY_NAMES[k - 1];
+      }
+    }
+    var i = Math.floor(e / 3), point = e - 3 * i + 1;    // digits before the decimal point
+    var mantissa = digits.length <= point ? digits + "0".repeat(point - digits.length)
+      : digits.slice(0, point) + "." + digits.slice(point);
+    return sign + mantissa + DECIMAL_NAMES[i - 1];
+  }
+
+  /* An error message as the page shows it: the calculator's own rewording first (spec.reader:
+   * what to change in this form, for a message that names an argument the form has no field
+   * for), then every number that is not followed by a unit in the reader's units. Quoted text
+   * (what was typed) is left as it is. The message Python raises stays in data-message. */
+  var NUMBER_RE = /(^|[^\w.*+-])([+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?)(?![\w.*])/gi;
+  var UNIT_RE = /^\s*(?:s|GB|GPUs|minutes|min|h|days)\b/;    // a number with its unit keeps its digits
+  function readerMessage(message, spec) {
+    var text = spec && spec.reader ? spec.reader(message) : message;
+    return text.split(/('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")/).map(function (part, i) {
+      return i % 2 ? part : part.replace(NUMBER_RE, function (all, before, number, at, whole) {
+        var unit = UNIT_RE.test(whole.slice(at + all.length));
+        return before + (unit && Math.abs(Number(number)) < 1e18 ? number : readerNumber(number));
+      });
+    }).join("");
   }
 
   // ------------------------------------------------------------ _validate.py
@@ -584,6 +649,8 @@
       row.appendChild(input);
       form.appendChild(row);
     });
+    form.appendChild(el("p", {"class": "course-calc-hint"}, "Numbers may end in k, M, B (or G), T, P " +
+                        "(70B, 15T, 2k, 1.5M), Ki, Mi, Gi for powers of 1024 (128Ki), or be written 1e9."));
     var results = el("div", {"class": "course-calc-results", "aria-live": "polite"});
     var error = el("p", {"class": "course-calc-error", role: "status"});
     form.appendChild(results);
@@ -612,6 +679,7 @@
       });
       results.textContent = "";
       error.textContent = "";
+      error.removeAttribute("data-message");
       try {
         spec.run(values).forEach(function (r) {
           var row = el("div", {"class": "course-calc-result"});
@@ -623,7 +691,8 @@
         });
       } catch (e) {
         if (!(e instanceof CalcError)) throw e;
-        error.textContent = e.message;
+        error.setAttribute("data-message", e.message);    // Python's own text (the tests compare it)
+        error.textContent = readerMessage(e.message, spec);
       }
     }
     form.addEventListener("input", update);
@@ -646,6 +715,7 @@
     },
     calculators: CALCULATORS,
     lib: {CalcError: CalcError, fail: fail, ZeroDivision: ZeroDivision, Overflow: Overflow, parseField: parseField,
+          expandSuffix: expandSuffix, readerNumber: readerNumber, readerMessage: readerMessage,
           pyFloatRepr: pyFloatRepr, pyStrRepr: pyStrRepr, show: show, intRepr: intRepr, number: number,
           positive: positive, positiveInt: positiveInt, utilisation: utilisation, choice: choice, peak: peak,
           div: div, calculator: calculator, trainingFlops: trainingFlops, trainingDays: trainingDays, fmt: fmt,

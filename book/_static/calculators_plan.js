@@ -400,8 +400,26 @@
   function pct(x) { return fmt(100 * x, " %"); }
   function str(x) { return x; }
 
+  /* Python's messages name what course_lib.plan.plan takes; this form has fewer fields (no
+   * usable_fraction, model shape, NIC rate, MTBF or restart time: they are the planner's defaults
+   * here), so the page says what the reader can change in it instead. The numbers stay Python's. */
+  function reader(m) {
+    return m
+      .replace(/ and usable_fraction=([^ ]+) of HBM/, function (all, u) { return " and " + pct(Number(u)) + " of HBM usable"; })
+      .replace(/; use more GPUs, a GPU with more HBM, a shorter seq_len or a larger usable_fraction$/,
+               "; use more GPUs (n_gpus), a GPU with more HBM (gpu) or a shorter seq_len")
+      .replace(/\(model_shape: ([^ ]+) layers, d_model ([^ ]+), ([^ ]+) heads\)/, "($1 layers, width $2, $3 heads)")
+      .replace(/: give n_layers, d_model and n_heads$/, ": this form derives the shape from n_params, so use a smaller one")
+      .replace(/Make a step shorter or the job's MTBF longer \(gpu_mtbf_seconds\) \(in this plan global_batch_tokens, mfu and nic_bits_per_s set the step\)$/,
+               "Make a step shorter (a smaller global_batch_tokens or a higher mfu) or the job's MTBF longer (fewer n_gpus)")
+      .replace(/ \(restart_seconds=([^)]+)\)/, function (all, r) { return " (" + fmt(Number(r), " s") + ")"; })
+      .replace(/Use fewer GPUs or more reliable ones \(gpu_mtbf_seconds\), or a faster restart$/,
+               "Use fewer GPUs (n_gpus): one GPU's MTBF and the restart time are the planner's defaults here");
+  }
+
   C.register("plan", {
     title: "Plan a pretraining run (course_lib.plan.plan)",
+    reader: reader,
     fields: function () {
       return [L.text("n_params", "parameters N", "34e9"), L.text("n_tokens", "tokens D", "8e12"),
               L.select("gpu", "accelerator", "H100-SXM", Object.keys(D.accelerators).map(function (g) { return [g, g]; })),
