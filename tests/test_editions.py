@@ -204,3 +204,13 @@ def test_switch_links_the_twin_at_the_same_section_or_the_chinese_home() -> None
     for untranslated in ("book/02_scaling", "notebooks/01_flops_lab"):
         page = editions.switch_html(untranslated, DOCS, uri)
         assert 'href="URI(book/zh/index)"' in page and "尚未翻译" in page
+
+
+def test_the_students_handout_rewrites_the_chinese_home_page_too() -> None:
+    """`make handout` gives students a Chinese home page without the instructor's rows or answers;
+    the words it writes are in the font subset (course_fonts reads handout.py)."""
+    from course_lib.grading.handout import student_index_zh
+    text = student_index_zh(_text(ZH / "index.md"))
+    assert "[练习](../../exercises/01_flops.ipynb)" in text and "`make check`" in text
+    assert "答案" not in text and "solutions/" not in text
+    assert set(fonts.CJK.findall(text)) <= fonts.font_chars(fonts.SUBSET)
