@@ -51,6 +51,7 @@ GLOBAL = [
     (r"\b[Tt]op-?\d+\b", "the routing rule top-k"),
     (r"\b1F1B\b|\b2:4\b|\b[23]D\b", "names: the 1F1B schedule, 2:4 sparsity, 2D/3D parallelism"),
     (r"\b[\w.-]+#\d+\b", "an issue or pull-request number (pytorch#118911)"),
+    (r"第\s?\d+\s?[章节题步]", "the Chinese edition's chapter, section, question or step number (第 3 章)"),
 ]
 
 # Per page: (pattern, reason). Each is a definition, a constant with a source, or a threshold that
@@ -151,6 +152,21 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"that is 16 bytes per parameter|Of\s+the 16 bytes, 12 are", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
         (r"keep 20 GB for activations", "the worked example's reserve (20e9 in the code cell)"),
     ],
+    # The Chinese edition (book/zh/): the same figures as the English page, with the same reasons.
+    "zh/index.md": [
+        (r"^\| \d+ \|", "the chapter number in the course map"),
+        (r"≤ 90 s|上 90 秒内", "the time budget every lab is held to (DEVELOPERS.md)"),
+        (r"1 \+ 1 \+ … \+ 1", "chapter 7's title"),
+    ],
+    "zh/01_flops.md": [
+        (r"3640 PF-days|\"3\.8 × 10²⁵\"", PUBLISHED),
+        (r"96 层，\s+=\s+12288", "GPT-3's published configuration, the input of gpt_params"),
+        (r"超过 90 %|而不是 4 %", NOTES),
+        (r"差 2 倍", "full over causal attention is 2× by definition (derived in this section); the sparse "
+                    "peak is twice the dense one (hardware.py)"),
+        (r"前向的 2\.5 倍，而不是 2 倍", "lab 1's checked cell prints the ratio 2.50"),
+        (r"按 756 TFLOP/s", "H100 PCIe datasheet figure (course_lib.hardware, with its source)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
@@ -219,6 +235,12 @@ def stripped(lines: list[tuple[int, str]]) -> str:
     return text
 
 
+# Chinese sets numbers beside characters without a space ("在1024块"), and Python's \w matches a
+# Chinese character, so NUMBER would take "1024" for part of a name and let it through: numbers are
+# looked for with each Chinese character read as a space (allowlist phrases still see the Chinese).
+CJK_CHAR = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+
 def typed_numbers(path: Path, allowed: list[tuple[str, str]]) -> list[str]:
     """'line N: token  …context…' for every number in the prose of ``path`` that no rule allows.
 
@@ -231,6 +253,7 @@ def typed_numbers(path: Path, allowed: list[tuple[str, str]]) -> list[str]:
     for pattern, _ in GLOBAL + allowed:
         text = re.sub(pattern, lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.M)
     found = []
+    text = CJK_CHAR.sub(" ", text)
     for (n, original), clean in zip(lines, text.split("\n")):
         for m in NUMBER.finditer(clean):
             if is_input(m.group(0), clean[m.end():], inputs):
@@ -240,7 +263,12 @@ def typed_numbers(path: Path, allowed: list[tuple[str, str]]) -> list[str]:
 
 
 def _pages() -> list[Path]:
-    return sorted(BOOK.glob("*.md"))
+    """The English pages and their Chinese twins (book/zh/, keyed "zh/NN_topic.md" in PAGES)."""
+    return sorted(BOOK.glob("*.md")) + sorted((BOOK / "zh").glob("*.md"))
+
+
+def _key(page: Path) -> str:
+    return page.relative_to(BOOK).as_posix()
 
 
 # Pages still being rewritten by another helper (strict: once they pass, the mark must go).
@@ -253,10 +281,10 @@ def _marked(page: Path):
     return page
 
 
-@pytest.mark.parametrize("page", [_marked(p) for p in _pages()], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [_marked(p) for p in _pages()], ids=_key)
 def test_no_number_in_prose_is_typed_by_hand(page: Path) -> None:
-    found = typed_numbers(page, PAGES.get(page.name, []))
-    assert not found, (f"{page.name}: numbers typed in prose; glue them from the code that computes them, "
+    found = typed_numbers(page, PAGES.get(_key(page), []))
+    assert not found, (f"{_key(page)}: numbers typed in prose; glue them from the code that computes them, "
                        "put them in math or code, or add a reviewed allowlist entry with its reason:\n"
                        + "\n".join(found))
 
@@ -279,6 +307,7 @@ def test_every_allowlist_entry_still_matches_something() -> None:
     ("```{code-cell} ipython3\nx = 41\n```\nAfter `x = 41`, see §3.2 and Table 2.\n", []),
     ("```{admonition} Note\nIt is 8–15 % of the work.\n```\n", ["'8'", "'15'"]),
     ("The bill is \\$25 per token.\n", ["'25'"]),
+    ("在1024块H100上训练41天，见第 3 章。\n", ["'1024'", "'41'"]),      # Chinese: no spaces around numbers
 ])
 def test_the_check_finds_typed_results_and_nothing_else(tmp_path: Path, text: str, expected: list[str]) -> None:
     page = tmp_path / "page.md"

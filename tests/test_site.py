@@ -245,6 +245,23 @@ def test_book_opens_from_the_file_system(browser: Any, html_dir: Path) -> None:
     assert not found.problems(), "search (file://):\n  " + "\n  ".join(found.problems())
 
 
+def test_language_switch_lands_on_the_same_section(browser: Any, html_dir: Path) -> None:
+    """English -> 中文 -> English from file://: the switch keeps the section the reader is in."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/_static/mathjax/**", lambda route: route.abort())   # not needed here; saves seconds
+    try:
+        page = context.new_page()
+        page.goto((html_dir / "book" / "01_flops.html").as_uri() + "#sec-01-mfu", wait_until="domcontentloaded")
+        page.click("a.course-lang-twin")
+        page.wait_for_url("**/book/zh/01_flops.html#zh-sec-01-mfu", wait_until="domcontentloaded")
+        assert page.evaluate("document.documentElement.lang") == "zh-CN"
+        page.goto((html_dir / "book" / "zh" / "01_flops.html").as_uri() + "#zh-sec-01-days", wait_until="domcontentloaded")
+        page.click("a.course-lang-twin")
+        page.wait_for_url("**/book/01_flops.html#sec-01-days", wait_until="commit")
+    finally:
+        context.close()
+
+
 # ------------------------------------------------------------------ layout (issue #21): readable pages
 LAYOUT_WIDTHS = (1280, 390)   # the first is the width visit() opens a page at
 # In the article: every block whose content is wider than its box scrolls (overflow-x auto/scroll),

@@ -463,3 +463,25 @@ def test_every_figure_can_be_cross_referenced(html_dir: Path) -> None:
            if fig.find("img") is not None}
     targets = {entry[2].split("#")[-1] for name, entry in labels.items() if name.startswith("fig-")}
     assert len(ids) > 30 and ids <= targets, f"figures without a label: {sorted(ids - targets)[:5]}"
+
+
+# --- editions (issue #35): a language switch on every page ---------------------------------------
+
+def test_every_page_has_a_language_switch_that_resolves(html_dir: Path, toc_pages: list[str]) -> None:
+    """Each TOC page links its twin in the other edition (or, untranslated, the Chinese landing
+    page); every switch's target exists in the build, and a Chinese page declares its language."""
+    problems, twins = [], 0
+    for name in toc_pages:
+        path = html_dir / f"{name}.html"
+        soup = _soup(path)
+        link = soup.select_one("main p.course-lang-switch a")
+        if link is None:
+            problems.append(f"{name}: no language switch")
+            continue
+        if not (path.parent / link["href"].split("#")[0]).resolve().is_file():
+            problems.append(f"{name}: the switch links {link['href']}, which is not in the build")
+        twins += "course-lang-twin" in link.get("class", [])
+        if name.startswith("book/zh/") and soup.html.get("lang") != "zh-CN":
+            problems.append(f"{name}: <html lang={soup.html.get('lang')!r}>, not zh-CN")
+    assert not problems, "\n".join(problems)
+    assert twins >= 4, "fewer than two pairs of twin pages link each other"

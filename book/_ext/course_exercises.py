@@ -126,7 +126,8 @@ def answers_role(name, rawtext, text, lineno, inliner, options=None, content=Non
     if not env.config.course_solutions:
         return [], []
     target = f"/{SOLUTIONS_DIR}/{text.strip()}"
-    ref = addnodes.pending_xref(rawtext, nodes.inline(rawtext, "worked answers"), refdomain="std",
+    label = "参考答案" if env.docname.startswith("book/zh/") else "worked answers"   # the Chinese edition
+    ref = addnodes.pending_xref(rawtext, nodes.inline(rawtext, label), refdomain="std",
                                 reftype="doc", reftarget=target, refexplicit=True, refwarn=True,
                                 refdoc=env.docname)
     ref.line = lineno

@@ -20,7 +20,8 @@ SOURCE_FONT = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
 SUBSET = ROOT / "book" / "_static" / "fonts" / "wqy-microhei-subset.woff"
 # CJK punctuation, ideographs (with extension A and compatibility forms), full-width forms
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
-SOURCES = ("book/*.md", "book/references.bib", "notebooks/*.ipynb", "solutions/*.ipynb")
+SOURCES = ("book/*.md", "book/zh/*.md", "book/zh/terms.yml", "course_lib/grading/handout.py",
+           "book/references.bib", "notebooks/*.ipynb", "solutions/*.ipynb")
 
 
 def book_cjk_chars(root: Path = ROOT) -> set[str]:

@@ -53,7 +53,8 @@ def handout(repo: Path, dest: Path) -> list[str]:
     repo, dest = Path(repo).resolve(), Path(dest)
     if dest.exists():
         raise FileExistsError(f"{dest} exists: give a new folder")
-    rewrite = {"book/_toc.yml": student_toc, "book/_config.yml": student_config, "book/index.md": student_index}
+    rewrite = {"book/_toc.yml": student_toc, "book/_config.yml": student_config, "book/index.md": student_index,
+               "book/zh/index.md": student_index_zh}
     files = [rel for rel in tracked_files(repo)
              if not rel.startswith(EXCLUDED) and rel not in WRITTEN and (repo / rel).is_file()]
     texts: dict[str, str] = {}
@@ -121,6 +122,30 @@ _INDEX_RULES = (
     (r"\| exercises — solutions \| student notebook \|", "| exercises | notebook to download |", 1),
     (r"\[solutions\]\(\.\./solutions/(\w+)\.ipynb\)", r"[exercises](../exercises/\1.ipynb)", None),
 )
+
+
+# the same rewrite for the Chinese edition's home page (book/zh/index.md, issue #35)
+_INDEX_RULES_ZH = (
+    (r"(?m)^\| 发布不含答案的网站 \|.*\n", "", 1),
+    (r"(?m)^\| 给一个班评分 \|.*\n", "", 1),
+    (r"(?m)^\| 检查一切 \| `make test` \|.*$",
+     "| 检查你的练习 | `make check` | 像评分器那样在全新的 kernel 里运行你的练习 notebook，并打印 `check(...)` "
+     "对每道题的反馈（评分器统计什么，见 `docs/GRADING.md`） |", 1),
+    (r"带参考答案的计分练习，以及这些练习的学生版", "计分练习", 1),
+    (r"\| 练习（参考答案） \| 学生 notebook \|", "| 练习 | 下载 notebook |", 1),
+    (r"\[答案\]\(\.\./\.\./solutions/(\w+)\.ipynb\)", r"[练习](../../exercises/\1.ipynb)", None),
+)
+
+
+def student_index_zh(text: str) -> str:
+    """book/zh/index.md for students, as ``student_index`` does for the English home page."""
+    for pattern, repl, times in _INDEX_RULES_ZH:
+        text, n = re.subn(pattern, repl, text)
+        if n == 0 or (times is not None and n != times):
+            raise HandoutError(f"book/zh/index.md: expected {times or 'some'} match(es) of {pattern!r}, found {n}")
+    if re.search(r"solution|答案", text, re.I):
+        raise HandoutError("book/zh/index.md: still mentions solutions after the rewrite")
+    return text
 
 
 def student_index(text: str) -> str:

@@ -1,0 +1,108 @@
+"""Sphinx extension: the course's two editions, English and Chinese (中文版), in one offline site.
+
+Layout (COURSE_DESIGN.md, "Editions"): a Chinese page is the twin of an English page of the same
+name, ``book/zh/01_flops.md`` beside ``book/01_flops.md``. The twin
+
+* carries the English page's section labels with a ``zh-`` prefix (``(zh-sec-01-mfu)=`` for
+  ``(sec-01-mfu)=``), so a label stays unique in the one Sphinx project and a ``{ref}`` in each
+  edition stays in that edition;
+* runs the English page's code cells unchanged, in the same order (tests/test_editions.py checks
+  it), so every glued number and every figure comes from the same code: jupyter-cache keys a
+  notebook by its code cells, so the build even executes the code once and both pages paste the
+  same outputs. No number of either edition is computed twice or typed.
+
+On every HTML page this extension puts a language switch at the top of the article: an English
+page links its Chinese twin, a Chinese page its English original, and a page with no twin yet (the
+labs, the solutions, the chapters not translated) links the Chinese landing page and says that it
+is not translated. ``_static/course_editions.js`` makes the link land on the same section of the
+twin (the switch carries the map from this page's section ids to the twin's, joined by the labels); without JavaScript it opens the twin's top. A Chinese page
+also gets ``<html lang="zh-CN">`` and the ``{answers}`` role speaks Chinese there.
+"""
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+from sphinx.application import Sphinx
+
+__version__ = "1.0"
+EN_DIR = "book/"
+ZH_DIR = "book/zh/"
+ZH_HOME = "book/zh/index"
+LABEL_PREFIX = "zh-"            # zh-sec-01-mfu is the twin of sec-01-mfu
+SWITCH_CLASS = "course-lang-switch"
+
+
+def is_zh(docname: str) -> bool:
+    return docname.startswith(ZH_DIR)
+
+
+def twin(docname: str, docs: set[str] | frozenset[str]) -> str | None:
+    """The page in the other edition that translates ``docname``, or None if there is none."""
+    if is_zh(docname):
+        other = EN_DIR + docname[len(ZH_DIR):]
+    elif docname.startswith(EN_DIR) and "/" not in docname[len(EN_DIR):]:
+        other = ZH_DIR + docname[len(EN_DIR):]
+    else:
+        return None
+    return other if other in docs else None
+
+
+def zh_label(label: str) -> str:
+    """The Chinese twin's label for an English section label."""
+    return LABEL_PREFIX + label
+
+
+def section_map(docname: str, other: str, labels: dict[str, tuple[str, str, str]]) -> dict[str, str]:
+    """``{html id on docname: html id on other}`` for the labelled sections the two pages share.
+
+    ``labels`` is Sphinx's std-domain table (label -> (docname, html id, title)); a section's HTML
+    id is its title's slug, which differs between the editions, so the labels join them."""
+    def own(page: str) -> dict[str, str]:
+        return {name: anchor for name, (doc, anchor, _) in labels.items() if doc == page and anchor}
+    here, there = own(docname), own(other)
+    out = {}
+    for name, anchor in here.items():
+        mate = name[len(LABEL_PREFIX):] if is_zh(docname) and name.startswith(LABEL_PREFIX) else zh_label(name)
+        if mate in there:
+            out[anchor] = there[mate]
+    return out
+
+
+def switch_html(docname: str, docs: set[str] | frozenset[str], uri: Any,
+                sections: dict[str, str] | None = None) -> str:
+    """The switch for ``docname``; ``uri(target)`` gives the relative URL of a docname and
+    ``sections`` maps this page's section ids to the twin's (see section_map)."""
+    other = twin(docname, docs)
+    if other is not None:
+        zh_side = is_zh(docname)
+        text, lang = ("English", "en") if zh_side else ("中文", "zh-CN")
+        note = "Read this page in English" if zh_side else "阅读本页的中文版"
+        return (f'<p class="{SWITCH_CLASS}" data-edition="{"zh" if zh_side else "en"}">'
+                f'<a class="course-lang-twin" href="{html.escape(uri(other))}" hreflang="{lang}" lang="{lang}" '
+                f'title="{note}" data-sections="{html.escape(json.dumps(sections or {}, sort_keys=True, ensure_ascii=False))}">{text}</a></p>')
+    if ZH_HOME in docs and not is_zh(docname):
+        return (f'<p class="{SWITCH_CLASS}" data-edition="en"><span lang="zh-CN">本页尚未翻译，'
+                f'<a class="course-lang-home" href="{html.escape(uri(ZH_HOME))}" hreflang="zh-CN">'
+                f'中文版目录</a></span></p>')
+    return ""
+
+
+def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
+    if doctree is None or "body" not in context:
+        return
+    docs = frozenset(app.env.found_docs)
+    other = twin(pagename, docs)
+    sections = section_map(pagename, other, app.env.domaindata["std"]["labels"]) if other else None
+    switch = switch_html(pagename, docs, lambda target: app.builder.get_relative_uri(pagename, target), sections)
+    if switch:
+        context["body"] = switch + context["body"]
+    if is_zh(pagename):
+        context["language"] = "zh-CN"
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_js_file("course_editions.js", loading_method="defer")
+    app.connect("html-page-context", _on_page_context)
+    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,216 @@
+"""The two editions (COURSE_DESIGN.md, "Editions"; issue #35) cannot drift: source-level checks.
+
+A Chinese page ``book/zh/NN.md`` is the twin of ``book/NN.md``. It must carry the same section
+labels (prefixed ``zh-``), run the same code cells in the same order (so the same numbers are
+glued and the same figures drawn: nothing is computed twice or typed), paste the same glue keys,
+show the same calculators, keep its cross-references inside its edition, and use the Chinese form
+of each glossary term that book/zh/terms.yml gives. The switch itself is unit-tested here; the
+built site's switches are checked in tests/test_site_static.py. No build: < 1 s.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+ZH = BOOK / "zh"
+TWINS = sorted(ZH.glob("*.md"))
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BOOK / "_ext" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+editions = _load("course_editions")
+fonts = _load("course_fonts")
+
+LABEL = re.compile(r"^\(([\w-]+)\)=\s*$", re.M)
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
+GLUE = re.compile(r"\{glue(?::text|:md|:any|:figure)?\}`([^`:]+)")
+CALC = re.compile(r'data-calc="([^"]+)"')
+REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([^`>]+)>?`")
+DOC = re.compile(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`")
+MD_LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+
+
+def _english(page: Path) -> Path:
+    return BOOK / page.name
+
+
+def _text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
+
+
+def _labels(page: Path) -> list[str]:
+    return LABEL.findall(_text(page))
+
+
+def _twin_names() -> set[str]:
+    return {p.stem for p in TWINS}
+
+
+def _all_labels() -> dict[str, str]:
+    """label -> page stem, over both editions."""
+    out = {}
+    for page in [*sorted(BOOK.glob("*.md")), *TWINS]:
+        for label in _labels(page):
+            out[label] = ("zh/" if page.parent == ZH else "") + page.stem
+    return out
+
+
+def test_there_are_twins_and_each_has_an_english_page() -> None:
+    assert {"index", "01_flops"} <= _twin_names()
+    orphans = [p.name for p in TWINS if not _english(p).is_file()]
+    assert not orphans, f"book/zh pages without an English original: {orphans}"
+
+
+def test_every_twin_is_in_the_toc() -> None:
+    toc = _text(BOOK / "_toc.yml")
+    missing = [p.stem for p in TWINS if f"file: book/zh/{p.stem}\n" not in toc]
+    assert not missing, f"book/zh pages missing from book/_toc.yml: {missing}"
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_twin_has_the_same_section_labels_in_the_same_order(page: Path) -> None:
+    english = _labels(_english(page))
+    assert _labels(page) == [editions.zh_label(x) for x in english], (
+        f"book/zh/{page.name}: its labels must be the English page's with the prefix "
+        f"{editions.LABEL_PREFIX!r}, in the same order")
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_twin_runs_the_same_code_cells(page: Path) -> None:
+    """Same code, same order: every glued number and every figure comes from one computation
+    (jupyter-cache keys a notebook by its code cells, so the build even runs it once)."""
+    zh, en = CODE_CELL.findall(_text(page)), CODE_CELL.findall(_text(_english(page)))
+    assert len(zh) == len(en), f"book/zh/{page.name}: {len(zh)} code cells, the English page has {len(en)}"
+    for k, (a, b) in enumerate(zip(zh, en), 1):
+        assert a == b, f"book/zh/{page.name}: code cell {k} differs from the English page's; copy it unchanged"
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_twin_pastes_the_same_glued_numbers_and_calculators(page: Path) -> None:
+    zh, en = _text(page), _text(_english(page))
+    assert set(GLUE.findall(zh)) == set(GLUE.findall(en)), (
+        f"book/zh/{page.name}: glue keys differ: only in zh {sorted(set(GLUE.findall(zh)) - set(GLUE.findall(en)))}, "
+        f"only in English {sorted(set(GLUE.findall(en)) - set(GLUE.findall(zh)))}")
+    assert CALC.findall(zh) == CALC.findall(en), f"book/zh/{page.name}: not the same live calculators"
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_twin_links_stay_in_its_edition(page: Path) -> None:
+    """A reference goes to the Chinese twin where there is one, to the English page where not."""
+    labels, twins, text = _all_labels(), _twin_names(), _text(page)
+    problems = []
+    for label in REF.findall(text):
+        where = labels.get(label)
+        if label.startswith("fig-"):
+            continue
+        if where is None:
+            problems.append(f"{{ref}} to unknown label {label}")
+        elif not where.startswith("zh/") and where in twins:
+            problems.append(f"{{ref}} {label} is English; use {editions.zh_label(label)}")
+    for target in DOC.findall(text) + MD_LINK.findall(text):
+        name = Path(target).stem
+        if target.startswith("../") and not target.startswith("../../") and name in twins:
+            problems.append(f"link {target} goes to the English page; the twin is {name}.md")
+    assert not problems, f"book/zh/{page.name}: " + "; ".join(problems)
+
+
+# --- terms --------------------------------------------------------------------------------------
+
+CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def _glossary() -> dict[str, str]:
+    """English glossary term -> its entry's text."""
+    body = _text(BOOK / "glossary.md").split("```{glossary}")[1].split("\n```")[0]
+    entries = re.split(r"\n(?=\S)", body.strip())
+    return {e.split("\n", 1)[0].strip(): e for e in entries}
+
+
+TERMS = yaml.safe_load((ZH / "terms.yml").read_text(encoding="utf-8"))
+
+
+def test_every_glossary_term_has_its_chinese_form() -> None:
+    glossary = _glossary()
+    assert set(TERMS) == set(glossary), (f"book/zh/terms.yml: missing {sorted(set(glossary) - set(TERMS))}, "
+                                         f"not in the glossary {sorted(set(TERMS) - set(glossary))}")
+    for term, zh in TERMS.items():
+        given = CJK_RUN.findall(glossary[term])
+        if given:   # the English glossary already names a Chinese term: the editions agree on it
+            missing = [run for run in CJK_RUN.findall(zh) if run not in glossary[term]]
+            assert not missing, f"{term}: terms.yml says {zh!r}, the glossary entry says {given}"
+
+
+def test_each_translated_chapter_uses_the_chinese_form_of_its_terms() -> None:
+    labels, glossary = _all_labels(), _glossary()
+    checked, problems = 0, []
+    for term, zh in TERMS.items():
+        for label in re.findall(r"sec-[\w-]+", glossary[term]):
+            page = labels.get(editions.zh_label(label))
+            if page is None:
+                continue                    # that chapter is not translated yet
+            checked += 1
+            if zh not in _text(BOOK / f"{page}.md"):
+                problems.append(f"book/{page}.md defines {term!r} but never writes {zh!r}")
+    assert checked >= 5 and not problems, problems
+
+
+# --- font ---------------------------------------------------------------------------------------
+
+def test_the_font_subset_covers_the_chinese_edition() -> None:
+    used = set().union(*(set(fonts.CJK.findall(_text(p))) for p in TWINS))
+    assert len(used) > 300
+    assert used <= fonts.book_cjk_chars(), "course_fonts.SOURCES does not read book/zh/"
+    missing = used - fonts.font_chars(fonts.SUBSET)
+    assert not missing, f"the CJK font lacks {''.join(sorted(missing))}: run python book/_ext/course_fonts.py"
+
+
+# --- the switch (unit) --------------------------------------------------------------------------
+
+DOCS = frozenset({"book/index", "book/01_flops", "book/02_scaling", "book/zh/index", "book/zh/01_flops",
+                  "notebooks/01_flops_lab"})
+
+
+def test_twin_maps_both_ways_and_only_to_existing_pages() -> None:
+    assert editions.twin("book/01_flops", DOCS) == "book/zh/01_flops"
+    assert editions.twin("book/zh/01_flops", DOCS) == "book/01_flops"
+    assert editions.twin("book/02_scaling", DOCS) is None
+    assert editions.twin("notebooks/01_flops_lab", DOCS) is None
+
+
+def test_switch_links_the_twin_at_the_same_section_or_the_chinese_home() -> None:
+    def uri(target: str) -> str:
+        return f"URI({target})"
+    labels = {"sec-01-mfu": ("book/01_flops", "mfu-and-hfu", "MFU and HFU"),
+              "zh-sec-01-mfu": ("book/zh/01_flops", "mfu-与-hfu", "MFU 与 HFU"),
+              "sec-02-fit": ("book/02_scaling", "fit", "Fit")}
+    to_zh = editions.section_map("book/01_flops", "book/zh/01_flops", labels)
+    assert to_zh == {"mfu-and-hfu": "mfu-与-hfu"}
+    assert editions.section_map("book/zh/01_flops", "book/01_flops", labels) == {"mfu-与-hfu": "mfu-and-hfu"}
+    en = editions.switch_html("book/01_flops", DOCS, uri, to_zh)
+    assert 'href="URI(book/zh/01_flops)"' in en and ">中文</a>" in en and "mfu-与-hfu" in en
+    zh = editions.switch_html("book/zh/01_flops", DOCS, uri)
+    assert 'href="URI(book/01_flops)"' in zh and ">English</a>" in zh
+    for untranslated in ("book/02_scaling", "notebooks/01_flops_lab"):
+        page = editions.switch_html(untranslated, DOCS, uri)
+        assert 'href="URI(book/zh/index)"' in page and "尚未翻译" in page
+
+
+def test_the_students_handout_rewrites_the_chinese_home_page_too() -> None:
+    """`make handout` gives students a Chinese home page without the instructor's rows or answers;
+    the words it writes are in the font subset (course_fonts reads handout.py)."""
+    from course_lib.grading.handout import student_index_zh
+    text = student_index_zh(_text(ZH / "index.md"))
+    assert "[练习](../../exercises/01_flops.ipynb)" in text and "`make check`" in text
+    assert "答案" not in text and "solutions/" not in text
+    assert set(fonts.CJK.findall(text)) <= fonts.font_chars(fonts.SUBSET)
