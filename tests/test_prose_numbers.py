@@ -60,9 +60,7 @@ PUBLISHED = "a figure published by the source cited in the same sentence"
 NOTES = "the source notes' own figure, quoted to be corrected"
 PAGES: dict[str, list[tuple[str, str]]] = {
     "index.md": [
-        (r"^\| \d+ \|", "the chapter number in the course map"),
         (r"≤ 90 s|within 90 s", "the time budget every lab is held to (DEVELOPERS.md)"),
-        (r"1 \+ 1 \+ … \+ 1", "chapter 7's title"),
     ],
     "notes.md": [(r"1024 H100s", "the exercise of the second note, as it is posed")],
     "01_flops.md": [
