@@ -349,7 +349,10 @@ LAYOUT_REPORT = """() => {
     copy.querySelectorAll('pre, code, script, style, textarea, .MathJax, .MathJax_Display, .MathJax_Preview, ' +
                           '.MathJax_SVG, .math, mjx-container').forEach(e => e.remove());
     const text = copy.textContent;
-    return {clipped, fits100, squashed, tallRows, tallTables, unpinned, mapProblems, pageOverflow: doc.scrollWidth - doc.clientWidth,
+    const searchBoxes = [...document.querySelectorAll('.search-button, .search-button-field')].filter(e => {
+        const r = e.getBoundingClientRect(), st = getComputedStyle(e);
+        return r.width > 0 && r.height > 0 && st.visibility !== 'hidden' && st.display !== 'none'; }).length;
+    return {clipped, fits100, squashed, tallRows, tallTables, unpinned, mapProblems, searchBoxes, pageOverflow: doc.scrollWidth - doc.clientWidth,
             tex: text.match(/\\\\[A-Za-z]{2,}/g) || [],
             widgetRepr: (document.body.innerText.match(/[HV]Box\\(children/g) || []).length};
 }"""
@@ -379,6 +382,7 @@ def test_page_reads_well(browser: Any, site_page: str, site_url: str, html_dir: 
         assert not r["unpinned"], (f"{site_page} at {width} px, wide tables whose first column scrolls away:\n  "
                                    + "\n  ".join(r["unpinned"][:10]))
         assert r["pageOverflow"] <= 1, f"{site_page} at {width} px: the page scrolls sideways by {r['pageOverflow']} px"
+        assert r["searchBoxes"] == 1, f"{site_page} at {width} px: {r['searchBoxes']} search boxes on screen, not one"
         if width >= 1200:
             assert r["fits100"] in (None, True), f"{site_page}: a 100-character line does not fit a code block at {width} px"
             assert not r["tex"], f"{site_page}: raw TeX in the visible text: {sorted(set(r['tex']))}"
