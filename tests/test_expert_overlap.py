@@ -56,3 +56,13 @@ def test_draw_rows(res):
     with pytest.raises(ValueError, match="rows"):
         gantt.draw(O.timeline(res, 1), rows=["one"])
     plt.close("all")
+
+
+def test_cache_the_book_reads():
+    """The cached run (``overlap_runs.OVERLAP_COMMAND``) is what its config and events say."""
+    cache = O.load_overlap_cache()
+    cfg = cache["config"]
+    assert cfg == O.OVERLAP and all(r["bitwise"] for r in cache["ranks"])
+    want = C.ep_bytes_per_layer(cfg["tokens"], cfg["d_model"], cfg["top_k"], 2, bytes_per_value=4) / 4
+    assert [r["dispatch_bytes"] for r in cache["ranks"]] == [want, want]
+    assert O.summary(cache["ranks"]) == pytest.approx(cache["summary"])

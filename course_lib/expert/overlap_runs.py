@@ -146,7 +146,8 @@ def draw(per_rank: list[dict], step: int, ax=None, *, title: str | None = None, 
 def run(world_size: int = 2, **kwargs) -> list[dict]:
     """One launch of ``overlap_worker`` (``OVERLAP`` overridden by ``kwargs``); every rank's result."""
     from ..dist import launch
-    return launch(overlap_worker, world_size, threads_per_rank=1, timeout=300, **{**OVERLAP, **kwargs})
+    from . import overlap_runs        # the worker by its module's name, also under ``python -m``
+    return launch(overlap_runs.overlap_worker, world_size, threads_per_rank=1, timeout=300, **{**OVERLAP, **kwargs})
 
 
 def load_overlap_cache(path: str | Path = OVERLAP_PATH) -> dict:
