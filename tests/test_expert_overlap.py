@@ -53,6 +53,8 @@ def test_draw_rows(res):
     assert [t.get_text() for t in ax.get_yticklabels()][::-1] == [
         "rank 0 compute", "rank 0 all-to-all", "rank 1 compute", "rank 1 all-to-all"]
     assert "shared\nexpert" in [t.get_text() for t in ax.get_legend().get_texts()]
+    fig, axes = O.draw_both(res)
+    assert axes[0].get_xlim() == axes[1].get_xlim()
     with pytest.raises(ValueError, match="rows"):
         gantt.draw(O.timeline(res, 1), rows=["one"])
     plt.close("all")

@@ -37,7 +37,7 @@ from ..pipeline import gantt
 from . import overlap
 from .ep import expert_parallel
 
-__all__ = ["OVERLAP", "overlap_worker", "timeline", "draw", "summary", "OVERLAP_PATH", "OVERLAP_COMMAND",
+__all__ = ["OVERLAP", "overlap_worker", "timeline", "draw", "draw_both", "summary", "OVERLAP_PATH", "OVERLAP_COMMAND",
            "load_overlap_cache"]
 
 #: The lab's sizes: 2048 tokens a rank of d = 1024 in fp32, top-2 of 4 experts (2 a rank), every
@@ -141,6 +141,18 @@ def draw(per_rank: list[dict], step: int, ax=None, *, title: str | None = None, 
     rows = [f"rank {r} {lane}" for r in range(len(per_rank)) for lane in ("compute", "all-to-all")]
     return gantt.draw(tl, ax, title=title, unit="ms", scale=1e3, labels=False, legend=legend, rows=rows,
                       kinds=tuple(COLORS), names=NAMES, colors=COLORS)
+
+
+def draw_both(per_rank: list[dict], *, titles: tuple[str, str] = ("serial", "overlapped")):
+    """The least disturbed serial and overlapped repeats stacked on one time axis; ``(fig, axes)``."""
+    s = summary(per_rank)
+    fig, ax = plots.figure(1, 2, figsize=(9, 5.6))
+    draw(per_rank, s["serial_repeat"], ax[0], title=titles[0])
+    draw(per_rank, s["overlap_repeat"], ax[1], title=titles[1], legend=False)
+    hi = max(a.get_xlim()[1] for a in ax)
+    for a in ax:
+        a.set_xlim(0, hi)
+    return fig, ax
 
 
 def run(world_size: int = 2, **kwargs) -> list[dict]:
