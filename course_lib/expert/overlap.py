@@ -16,7 +16,9 @@ this module does the smallest version of it, inside one layer's forward:
   the same data, so both give the layer's own output bit for bit; only *when* the rank waits
   differs. It records its intervals as :class:`course_lib.pipeline.gantt.Event` s.
 
-Forward only (no autograd through the asynchronous exchange): the backward mirrors it, with the
+Times are host clock stamps (``time.perf_counter``): on CPU they are the work itself; on a GPU
+they mark when work was queued and the future completed, so read a GPU timeline from
+``torch.profiler`` instead. Forward only (no autograd through the asynchronous exchange): the backward mirrors it, with the
 shared expert's backward under the combine's gradient exchange.
 
 On CPU gloo the exchange itself costs CPU (copies through the loopback socket), so on a machine
