@@ -4,10 +4,14 @@
   dispatch and a combine all-to-all in autograd, EP groups carved from DP, gradient reduction.
 * ``balance`` — load balancing without an auxiliary loss (:class:`BiasBalancedRouter`, DeepSeek-V3's
   per-expert bias for top-k selection, updated by ±γ after each step), beside the Switch loss.
+* ``overlap`` — the dispatch all-to-all issued asynchronously (``dispatch_async``) and hidden under
+  the shared expert's compute (``forward``), bitwise equal to the serial order.
 * ``ulysses`` — DeepSpeed-Ulysses sequence parallelism: attention with an all-to-all over heads.
 * ``labs`` — the drivers the tests and the lab run on real ranks (equivalence against one process,
   bytes against ``course_lib.comm.ep_bytes_per_layer``, the hot-expert straggler) and the
-  one-process load-balancing comparison (``balance_run``: auxiliary loss, bias, none).
+  one-process load-balancing comparison (``balance_run``: auxiliary loss, bias, none);
+  ``overlap_runs`` — the serial vs overlapped forward traced on real ranks (its timelines, the
+  hidden fraction, the page's cache).
 
 The byte calculators live with the other communication calculators in ``course_lib.comm``
 (``ep_bytes_per_layer``, ``ep_node_bytes``).

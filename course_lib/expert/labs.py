@@ -222,10 +222,11 @@ def _per_rank_wanted(r, e: int, group) -> list[list[int]]:
 
 def ep_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
     """Several checks in one launch (start-up paid once): each case is ``{"check": name,
-    **kwargs}``, name one of "train", "bytes", "straggler", "ulysses"."""
+    **kwargs}``, name one of "train", "bytes", "straggler", "ulysses", "overlap"."""
+    from .overlap_runs import overlap_worker
     from .ulysses import ulysses_worker
     run = {"train": ep_equivalence_worker, "bytes": ep_bytes_worker, "straggler": straggler_worker,
-           "ulysses": ulysses_worker}
+           "ulysses": ulysses_worker, "overlap": overlap_worker}
     return [run[c["check"]](ctx, **{k: v for k, v in c.items() if k != "check"}) for c in cases]
 
 
@@ -241,15 +242,17 @@ def equivalence_bounds(r: dict) -> dict:
 def lab_demo(world_size: int = 2) -> dict:
     """Everything the chapter's lab shows, in one launch of ``world_size`` ranks: EP training
     against one process (dropless and capacity, top-1 and top-2), one layer's counted bytes, the
-    hot-expert straggler and a capacity sweep, and Ulysses beside ring attention."""
+    hot-expert straggler and a capacity sweep, Ulysses beside ring attention, and the dispatch
+    overlapped with the shared expert (``overlap_runs.OVERLAP``; every rank's result)."""
     from ..dist import launch
+    from .overlap_runs import OVERLAP
     train = [dict(n_experts=4, top_k=1, capacity_factor=None), dict(n_experts=4, top_k=2, capacity_factor=1.0)]
     bytes_ = [dict(n_experts=4, top_k=2, capacity_factor=None), dict(n_experts=4, top_k=2, capacity_factor=1.0)]
     cfs = (0.5, 0.75, 1.0, 1.5, 2.0)
     cases = ([dict(check="train", **c) for c in train] + [dict(check="bytes", **c) for c in bytes_]
              + [dict(check="straggler", hot_share=h) for h in (0.0, 1.0)]
              + [dict(check="straggler", hot_share=0.5, capacity_factor=cf, repeats=1) for cf in cfs]
-             + [dict(check="ulysses", heads=4, seq_len=32)])
+             + [dict(check="ulysses", heads=4, seq_len=32)] + [dict(check="overlap", **OVERLAP)])
     res = launch(ep_cases_worker, world_size, threads_per_rank=1, timeout=300, cases=cases)
     per_case = [list(r) for r in zip(*res)]
     out = {"world_size": world_size, "train": [], "bytes": [], "capacity": [], "cases": cases}
@@ -266,6 +269,8 @@ def lab_demo(world_size: int = 2) -> dict:
             out["hot" if c["hot_share"] else "balanced"] = rs[0]
         elif c["check"] == "straggler":
             out["capacity"].append({**rs[0], "capacity_factor": c["capacity_factor"]})
+        elif c["check"] == "overlap":
+            out["overlap"] = rs
         else:
             out["ulysses"] = rs[0]
     return out

@@ -12,6 +12,7 @@ i.e. the share of the ranks' wall time in which they did no forward or backward 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .. import plots
@@ -95,15 +96,22 @@ class Timeline:
 
 def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "s",
          scale: float = 1.0, labels: bool = True, legend: bool = True,
-         kinds: tuple[str, ...] = ("F", "B", "recv", "opt")):
+         kinds: tuple[str, ...] = ("F", "B", "recv", "opt"), rows: Sequence[str] | None = None,
+         names: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None):
     """Draw ``timeline`` as a Gantt chart, rank 0 on top; returns the axes.
 
     Forward passes are blue, backward passes amber, blocking receives (time spent waiting for a
     neighbour) light grey, optimizer steps green. Boxes wide enough carry the microbatch number. ``scale`` multiplies times for display (e.g. 1e3
     with ``unit="ms"``). Chunks > 0 are drawn hatched so interleaving is visible. The legend
     sits to the right of the axes (``legend=False`` leaves it out, e.g. for stacked panels).
+    Other kinds of events can be drawn too: ``colors`` and ``names`` give their colours and legend
+    labels (and may override the defaults), ``rows`` labels the rows top-down when an event's
+    ``rank`` is a row rather than a rank (a rank's compute thread and its communication in flight).
     """
     import matplotlib.patches as mpatches
+    colour = {**COLORS, **(colors or {})}
+    if rows is not None and len(rows) != timeline.p:
+        raise ValueError(f"rows has {len(rows)} labels for a timeline of {timeline.p} rows")
     if ax is None:
         _, ax = plots.figure(figsize=(7.2, 0.55 * timeline.p + 1.4))
     ev = [e for e in timeline.events if e.kind in kinds]
@@ -116,19 +124,21 @@ def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "
         y = timeline.p - 1 - e.rank
         h = 0.8 if e.kind in COMPUTE else (0.35 if e.kind == "recv" else 0.8)
         x, w = (e.start - t0) * scale, e.duration * scale
-        ax.broken_barh([(x, w)], (y - h / 2, h), facecolors=COLORS.get(e.kind, "#999999"),
+        ax.broken_barh([(x, w)], (y - h / 2, h), facecolors=colour.get(e.kind, "#999999"),
                        edgecolors="white", linewidth=0.4, hatch="///" if e.chunk else None)
         if labels and e.kind in COMPUTE and e.duration >= min_text:
             ax.text(x + w / 2, y, str(e.mb), ha="center", va="center", fontsize=7, color="black")
-    ax.set_yticks(range(timeline.p), [f"rank {timeline.p - 1 - i}" for i in range(timeline.p)])
+    ylabels = list(rows) if rows is not None else [f"rank {i}" for i in range(timeline.p)]
+    ax.set_yticks(range(timeline.p), ylabels[::-1])
     ax.set_ylim(-0.6, timeline.p - 0.4)
     ax.set_xlim(0, (t1 - t0) * scale)
     ax.set_xlabel(f"time ({unit})")
     ax.grid(False)
     if legend:
-        names = {"F": "forward", "B": "backward", "recv": "waiting\nin recv", "opt": "optimizer\nstep"}
-        handles = [mpatches.Patch(color=COLORS[k], label=names[k])
-                   for k in ("F", "B", "recv", "opt") if any(e.kind == k for e in ev)]
+        label = {"F": "forward", "B": "backward", "recv": "waiting\nin recv", "opt": "optimizer\nstep",
+                 **(names or {})}
+        handles = [mpatches.Patch(color=colour.get(k, "#999999"), label=label.get(k, k))
+                   for k in dict.fromkeys(kinds) if any(e.kind == k for e in ev)]
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     if title:
         ax.set_title(title, fontsize=10)
