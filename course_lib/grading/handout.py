@@ -137,25 +137,25 @@ _INDEX_RULES_ZH = (
 )
 
 
-def student_index_zh(text: str) -> str:
-    """book/zh/index.md for students, as ``student_index`` does for the English home page."""
-    for pattern, repl, times in _INDEX_RULES_ZH:
+def _rewrite(text: str, rules, page: str, leftover: str) -> str:
+    """Apply ``rules`` (pattern, replacement, expected matches) to ``page``'s text; any rule that
+    matches other than expected, or a ``leftover`` mention of solutions after them, is an error."""
+    for pattern, repl, times in rules:
         text, n = re.subn(pattern, repl, text)
         if n == 0 or (times is not None and n != times):
-            raise HandoutError(f"book/zh/index.md: expected {times or 'some'} match(es) of {pattern!r}, found {n}")
-    if re.search(r"solution|答案", text, re.I):
-        raise HandoutError("book/zh/index.md: still mentions solutions after the rewrite")
+            raise HandoutError(f"{page}: expected {times or 'some'} match(es) of {pattern!r}, found {n}")
+    if re.search(leftover, text, re.I):
+        raise HandoutError(f"{page}: still mentions solutions after the rewrite")
     return text
+
+
+def student_index_zh(text: str) -> str:
+    """book/zh/index.md for students, as ``student_index`` does for the English home page."""
+    return _rewrite(text, _INDEX_RULES_ZH, "book/zh/index.md", r"solution|答案")
 
 
 def student_index(text: str) -> str:
     """The home page for students: no rows for the instructor (publishing without answers,
     grading a class, the test suite), a ``make check`` row, and the course map's exercises column
     pointing at the exercises pages."""
-    for pattern, repl, times in _INDEX_RULES:
-        text, n = re.subn(pattern, repl, text)
-        if n == 0 or (times is not None and n != times):
-            raise HandoutError(f"book/index.md: expected {times or 'some'} match(es) of {pattern!r}, found {n}")
-    if re.search(r"solution", text, re.I):
-        raise HandoutError("book/index.md: still mentions solutions after the rewrite")
-    return text
+    return _rewrite(text, _INDEX_RULES, "book/index.md", r"solution")
