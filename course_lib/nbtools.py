@@ -2,6 +2,7 @@
 
     python -m course_lib.nbtools run PATH.ipynb [PATH.ipynb ...] [--timeout 600] [--allow-errors]
     python -m course_lib.nbtools second-path      # prints avx2 or default: another CPU kernel path
+    python -m course_lib.nbtools second-path-ignores   # the notebooks that pass skips, as --ignore options
 
 ``run`` executes each notebook in place with a fresh ipykernel on this interpreter (the venv's),
 working directory = the notebook's folder, stores the outputs, then normalises the file so that
@@ -78,11 +79,29 @@ def second_kernel_path(native: str | None = None) -> str | None:
     return "avx2" if native.startswith("AVX512") else "default"
 
 
+# Notebooks the second kernel path skips (``make test``'s second pass), each with the reason its
+# checked outputs cannot depend on which vectorised kernels torch runs. Kept short: the second pass
+# exists for float results and float bounds, and a notebook leaves this list when it gains one.
+KERNEL_PATH_INDEPENDENT = {
+    "notebooks/12_failures_lab.ipynb":
+        "every checked output is a count (restarts, steps redone, shard files, flagged ranks) or a "
+        "bit-identity between two runs on the same machine, never a float; its ~45 s are real "
+        "multi-process restarts",
+}
+
+
+def second_pass_ignores() -> list[str]:
+    """pytest ``--ignore`` options for :data:`KERNEL_PATH_INDEPENDENT` (``second-path-ignores``)."""
+    return [f"--ignore={path}" for path in KERNEL_PATH_INDEPENDENT]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m course_lib.nbtools")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("second-path", help="print the ATEN_CPU_CAPABILITY value of another kernel path "
                                        "(empty where there is none)")
+    sub.add_parser("second-path-ignores", help="print the pytest --ignore options of the notebooks whose "
+                                               "checked outputs do not depend on the kernel path")
     r = sub.add_parser("run", help="execute notebooks in place and store normalised outputs")
     r.add_argument("paths", nargs="+", type=Path)
     r.add_argument("--timeout", type=float, default=600, help="seconds per cell (default 600)")
@@ -92,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.command == "second-path":
         print(second_kernel_path() or "")
+        return 0
+    if a.command == "second-path-ignores":
+        print(" ".join(second_pass_ignores()))
         return 0
     # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
     # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this CLI process.
