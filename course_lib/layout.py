@@ -340,6 +340,30 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
                                 yield tp, cp, pp, dp, v, zero, mode, ep
 
 
+def _rule_broken(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str, ep: int) -> str:
+    """The first rule a given layout breaks ("" when none), for ``estimate``. These are the rules of
+    the search without its grid: a published layout may use degrees the search does not try (BLOOM
+    ran PP 12, Megatron-LM's 1T model DP 6), so any whole degree is evaluated."""
+    if tp > job.g or job.g % tp:
+        return f"TP must divide the {job.g} GPUs of a node (its all-reduces need the scale-up link)"
+    if job.a % tp:
+        return f"TP must divide the {job.a} heads"
+    if job.s % cp or cp > job.max_cp:
+        return f"CP must divide the sequence ({job.s} tokens)"
+    if pp > job.L:
+        return f"PP cannot exceed the {job.L} layers"
+    if int(job.tokens / job.s // (dp * job.b)) < 1:
+        return ("each pipeline needs at least one microbatch: DP may be at most the "
+                f"{job.tokens / job.s:g} sequences of a step")
+    if pp == 1 and v > 1:
+        return "interleaving (v > 1) needs a pipeline (PP > 1)"
+    if v * pp > job.L:
+        return "v chunks of at least one layer per stage (v·PP <= n_layers)"
+    if job.moe is not None and (ep > dp or dp % ep or job.moe.n_experts % ep):
+        return f"EP must divide DP ({dp}) and the {job.moe.n_experts} experts"
+    return ""
+
+
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
          sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
@@ -462,12 +486,9 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
                              f"v <= {stage} layers per stage, got pp={pp}, v={v}")
         first = stage - 1
         want = (tp, cp, pp, dp, 1, zero, mode, ep)      # the other rules, checked as for v = 1
-    if want not in set(_candidates(job, (mode,))):
-        raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v} breaks a rule: TP, CP and PP are powers "
-                         f"of two (the degrees the planner searches), TP must divide the heads and the node, "
-                         f"CP the sequence, each pipeline needs at least one microbatch (DP sequences per "
-                         f"step at most), v chunks of at least one layer per stage (v·PP <= n_layers), and EP "
-                         f"a power of two dividing DP and the experts")
+    broken = _rule_broken(job, *want)
+    if broken:
+        raise ValueError(f"tp={tp}, cp={cp}, pp={pp}, dp={dp}, v={v}{f', ep={ep}' if ep > 1 else ''} breaks a rule: {broken}")
     return _evaluate(job, tp, cp, pp, dp, v, zero, mode, ep, first)
 
 

@@ -146,7 +146,8 @@ def published() -> dict:
 def test_check_published_ratios_stay_where_the_explanations_put_them(published):
     # OPT published no total; DeepSeek-V2 no MFU (only its own-MFU prediction is compared)
     assert set(BOUNDS) | {"OPT-175B", "DeepSeek-V2"} == {r.name for r in RUNS}
-    assert published["DeepSeek-V2"]["ratio"] is None and 0.6 <= published["DeepSeek-V2"]["own_ratio"] <= 0.9
+    # on its published PP 16 with 1F1B's bubble (no zero-bubble schedule here): slower than the report
+    assert published["DeepSeek-V2"]["ratio"] is None and 1.0 <= published["DeepSeek-V2"]["own_ratio"] <= 1.2
     for name, (lo, hi) in BOUNDS.items():
         row = published[name]
         assert lo <= row["ratio"] <= hi, (name, row["ratio"])
@@ -224,13 +225,50 @@ def test_the_table_says_which_rows_test_the_model_and_counts_only_those(publishe
     assert set(s["identities"]) == {"MegaScale 175B", "Megatron-LM 1T", "GPT-3 175B", "Chinchilla 70B"}
     tests = [r for r in rows if r["test"]]
     assert s["tests"] == len(tests) == 9 and "GPT-3 175B" not in {r["name"] for r in tests}
-    for r in tests:     # the own-MFU figure scales the given-MFU one by MFU_given / MFU_own
-        if r["mfu"] is not None:     # (with none given, the planner used its own: the same figure)
-            assert r["own_planned"] == pytest.approx(r["planned"] * r["mfu"] / r["own_mfu"], rel=1e-12)
-        else:
-            assert r["own_planned"] == pytest.approx(r["planned"], rel=1e-12)
+    for r in tests:     # the own-MFU figure scales the given-MFU one by MFU_given / MFU_own, over goodput
+        given = r["mfu"] if r["mfu"] is not None else r["own_mfu"]   # none given: the planner used its own
+        assert r["own_planned"] == pytest.approx(r["planned"] * given / r["model_mfu"] / r["goodput"], rel=1e-12)
         assert r["own_within"] == (abs(r["own_ratio"] - 1) <= TOLERANCE)
+        assert bool(r["own_reason"]) == (not r["own_within"])     # every miss of a test is explained
     assert s["within"] == sum(r["own_within"] for r in tests)
+
+
+def test_the_step_model_is_tested_on_the_layouts_the_runs_published(published):
+    """Where every degree was published (Run.as_run), the test row's MFU is the step model's on that
+    very layout, which must fit as the run ran it; elsewhere the planner's own layout. Today 5 of the
+    9 test rows land within ±15 %: Llama 3 405B, both DeepSeeks, MegaScale, Megatron-LM 1T."""
+    from course_lib.plan.runs import _as_run, summary
+    by_name = {r.name: r for r in RUNS}
+    as_run = {name for name, r in by_name.items() if r.as_run}
+    assert as_run == {"Llama 3 405B", "DeepSeek-V3", "DeepSeek-V2", "BLOOM-176B", "Megatron-LM 1T"}
+    for name in as_run:
+        row, x = published[name], _as_run(by_name[name])
+        assert row["as_run_fits"] is True and x.fits, name
+        assert row["model_mfu"] == row["as_run_mfu"] == x.mfu and row["basis"] == "published layout"
+        degrees = dict(LAYOUT_DEGREE.findall(by_name[name].layout))
+        assert all(int(degrees[k.upper()]) == v for k, v in by_name[name].as_run.items() if k.upper() in degrees)
+    for name, row in published.items():
+        if row["test"] and name not in as_run:
+            assert row["model_mfu"] == row["own_mfu"] and row["basis"] == "planner's layout"
+    s = summary(list(published.values()))
+    assert s["within"] >= 5 and {"Llama 3 405B", "DeepSeek-V3", "Megatron-LM 1T"} <= set(s["names_within"])
+    # BLOOM's step-model MFU on its layout is its measured 156 TFLOP/s in 6N terms (x 3/4, recompute)
+    assert published["BLOOM-176B"]["as_run_mfu"] == pytest.approx(by_name["BLOOM-176B"].mfu * 3 / 4, rel=0.05)
+    bad = dataclasses.replace(by_name["BLOOM-176B"], as_run=dict(tp=4, cp=1, pp=12, dp=4, zero=1))
+    with pytest.raises(ValueError, match=r"runs\[0\] \('BLOOM-176B'\): as_run .* 192 GPUs, not the run's n_gpus=384"):
+        check_published((bad,))
+
+
+def test_elapsed_totals_are_predicted_with_chapter_12s_goodput(published):
+    """A card's or report's GPU-hours over a whole run hold its failures and restarts: the prediction
+    divides by the plan's goodput, Llama 3 405B's beside Meta's "higher than 90 % effective training
+    time" (arXiv 2407.21783 §3.3.4); a throughput figure (Megatron-LM's 84-day estimate) does not."""
+    for r in RUNS:
+        row = published[r.name]
+        if row["test"]:
+            assert (row["goodput"] < 1) == r.elapsed, r.name
+    assert 0.9 < published["Llama 3 405B"]["goodput"] < 0.95
+    assert published["Megatron-LM 1T"]["goodput"] == 1.0
 
 
 def test_held_out_runs_are_reported_apart_with_the_planners_own_mfu():

@@ -114,9 +114,20 @@ def test_value_questions_and_their_mistakes():
     assert "days" in Q["failure_hours_41"].grade(hours / 24).message
 
 
-def test_a_layout_off_the_searched_degrees_is_refused_by_name():
-    """BLOOM's published PP 12 obeys every other rule; the planner searches powers of two only."""
+def test_a_published_layout_off_the_searched_degrees_is_evaluated_and_a_broken_rule_named():
+    """BLOOM's published PP 12 is no power of two, which the search tries, but breaks no rule: a given
+    layout is evaluated. A layout that does break one is refused naming that rule."""
     from course_lib.layout import estimate
-    with pytest.raises(ValueError, match="powers of two"):
-        estimate(4, 1, 12, 8, n_params=176e9, n_layers=70, d_model=14336, n_heads=112, seq_len=2048,
+    bloom = dict(n_params=176e9, n_layers=70, d_model=14336, n_heads=112, seq_len=2048,
                  global_batch_tokens=2048 * 2048, gpu="A100")
+    x = estimate(4, 1, 12, 8, recompute="full", **bloom)
+    assert x.pp == 12 and x.fits and 0.3 < x.mfu < 0.5
+    for degrees, rule in (((16, 1, 12, 2), "TP must divide the 8 GPUs of a node"),
+                          ((3, 1, 12, 8), "TP must divide the 8 GPUs"),
+                          ((4, 3, 4, 8), "CP must divide the sequence"),
+                          ((4, 1, 96, 1), "PP cannot exceed the 70 layers"),
+                          ((1, 1, 1, 4096), "at least one microbatch")):
+        with pytest.raises(ValueError, match=rule):
+            estimate(*degrees, **bloom)
+    with pytest.raises(ValueError, match=r"v chunks of at least one layer"):
+        estimate(4, 1, 12, 8, v=8, **bloom)

@@ -8,15 +8,22 @@ tokens, GPUs and MFU and sets the planner's GPU-hours (or days, FLOP) beside the
 and the layout the planner chooses beside the layout the run published. The model is not tuned to
 the table's totals (the step model's one fitted constant, ``stepmodel.SUSTAINED``, comes from Llama 3
 405B's published MFU): where the ratio leaves ±15 %, ``miss`` says which physical effect or convention
-explains it. ``HELD_OUT`` runs were used for nothing.
+explains it. The test of the step model is the prediction from its own MFU, on the run's published
+layout where every degree is known (``Run.as_run``), with chapter 12's goodput where the total is
+elapsed time (``Run.elapsed``). ``HELD_OUT`` runs were used for nothing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import math
+
 from .. import flops
 from .._validate import fraction, positive, positive_int, utilisation
+from ..hardware import lookup
+from ..layout import Layout, estimate
 from ..layout_moe import DEEPSEEK_V2, DEEPSEEK_V3
+from ..network import Network
 from .planner import plan
 
 __all__ = ["Run", "RUNS", "HELD_OUT", "TOLERANCE", "HELD_OUT_TOLERANCE", "check_published", "summary"]
@@ -57,6 +64,12 @@ class Run:
     shape: dict = field(default_factory=dict)
     layout: str = ""
     identity: str = ""     # why, given the published MFU, the ratio restates the run's own arithmetic
+    # the published layout in ``layout.estimate``'s terms (tp, cp, pp, dp, v, zero, recompute, ...),
+    # where every degree was published: the step model is then tested on the run as it ran
+    as_run: dict = field(default_factory=dict)
+    # the published total is elapsed time (a card's or report's GPU-hours over the whole run, failures
+    # and restarts inside), not a throughput figure: the prediction divides by chapter 12's goodput
+    elapsed: bool = False
 
 
 _LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20, vocab_size=128_256)   # Table 3: 128K tokens
@@ -71,7 +84,7 @@ RUNS: tuple[Run, ...] = (
         "The card's hours imply an MFU of ~14 %: a small model on a large cluster has small matmuls per GPU "
         "and exposed communication, and the card's cumulative total is not broken down (ablations, "
         "long-context stage, restarts may be inside it); public figures cannot separate the two.",
-        dict(n_layers=32, d_model=4096, n_heads=32, kv_heads=8, **_LLAMA_SHAPE)),
+        dict(n_layers=32, d_model=4096, n_heads=32, kv_heads=8, **_LLAMA_SHAPE), elapsed=True),
     Run("Llama 3 70B", 70.6e9, 15e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from the 405B (none published)",
         7.0e6, "gpu_hours", f"{_CARD}: GPU-hours and tokens (a model card); {_L3_TABLE3}",
         "7.0M GPU-hours and '15T+' tokens read in the card itself; shape in copies of the paper's Table 3. "
@@ -79,7 +92,7 @@ RUNS: tuple[Run, ...] = (
         "re-verified here.",
         "Implied MFU ~25 %, below the 405B's 38-43 %: the same two suspects as the 8B (lower MFU of a "
         "smaller model, a cumulative total that includes more than the main run).",
-        dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, **_LLAMA_SHAPE)),
+        dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, **_LLAMA_SHAPE), elapsed=True),
     Run("Llama 3 405B", 405e9, 15.6e12, "H100-SXM", 16384, LLAMA3_405B_MFU, "published 38-43 % (Table 4), midpoint",
         30.84e6, "gpu_hours", f"{_CARD}: GPU-hours (a model card); arXiv 2407.21783 §3.3.2 and Table 4 "
         f"(GPUs, layout, MFU), 15.6T tokens; {_L3_TABLE3}",
@@ -91,7 +104,8 @@ RUNS: tuple[Run, ...] = (
         "Within reach: the card's total also covers the long-context stage (lower MFU at 128K) and the "
         "466 interruptions of chapter 12.",
         dict(n_layers=126, d_model=16384, n_heads=128, kv_heads=8, **_LLAMA_SHAPE),
-        "TP 8 · CP 1 · PP 16 · DP 128, FSDP (8K stage)"),
+        "TP 8 · CP 1 · PP 16 · DP 128, FSDP (8K stage)",
+        as_run=dict(tp=8, cp=1, pp=16, dp=128, v=8, zero=2, trim_first_last=True), elapsed=True),
     Run("DeepSeek-V3", 37e9, 14.8e12, "H800", 2048, LLAMA3_405B_MFU, "borrowed from Llama 3 405B (none published)",
         2.788e6, "gpu_hours", "arXiv 2412.19437 Table 1 (2.788M H800 GPU-hours in all, 2.664M of them "
         "pre-training), §3.1 (cluster), §3.2 (layout), §4.2 (shape, batch)",
@@ -102,15 +116,15 @@ RUNS: tuple[Run, ...] = (
         "hidden 7168, 128 heads, 4K sequences, batch ramped from 3,072 to 15,360 sequences over the first "
         "469B tokens). No MFU is published; the H800 has the H100 SXM's dense peak and a 400 GB/s NVLink (course_lib.hardware).",
         "Planned as a mixture of experts (layout_moe.DEEPSEEK_V3: 256 routed experts, 8 per token, one "
-        "shared, DualPipe's overlap): 6ND counts the 37B active parameters, memory all 671B. At its "
-        "own MFU the planner is faster than the report: its favourite layout differs from the published "
-        "one (which the step model puts within ~5 % of the MFU the pre-training hours imply, "
-        "tests/test_layout_moe.py), the total holds context extension and post-training (0.124M hours), "
-        "and what the model does not time (routing, token permutation, multi-head latent attention's "
-        "extra projections, FP8 scaling) is not small.",
+        "shared, DualPipe's overlap): 6ND counts the 37B active parameters, memory all 671B. Given the "
+        "borrowed MFU the ratio means little; on its published layout (as_run) the step model's own MFU "
+        "predicts the total within the tolerance, while the layout the planner would pick is faster than "
+        "the report's: the total holds context extension and post-training (0.124M hours), and what the "
+        "model does not time (routing, token permutation, multi-head latent attention's extra projections, "
+        "FP8 scaling) is not small.",
         dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096,
              vocab_size=129_280, moe=DEEPSEEK_V3),
-        "PP 16 · EP 64 · ZeRO-1 DP, no TP"),
+        "PP 16 · EP 64 · ZeRO-1 DP, no TP", as_run=dict(tp=1, cp=1, pp=16, dp=128, ep=64, zero=1), elapsed=True),
     Run("DeepSeek-V2", 21e9, 1e12, "H800", 2048, None, "none published",
         172.8e3, "gpu_hours", "arXiv 2405.04434 §3.2.3/§4 (172.8K H800 GPU-hours per trillion tokens), §3.1 "
         "(shape), §3.2 (16-way zero-bubble PP, 8-way EP, ZeRO-1 DP)",
@@ -119,12 +133,13 @@ RUNS: tuple[Run, ...] = (
         "and 2 shared experts with 6 routed per token, 4K sequences and a batch ramped to 9,216 sequences "
         "in summaries of §3.1. The GPU count is not published (2,048 assumed, DeepSeek-V3's cluster: at a "
         "given MFU GPU-hours do not depend on it, the planner's own MFU does).",
-        "A per-trillion-token rate of the main run, so no restarts or other stages inside it; the planner "
-        "is still faster than the report, for the same unmodelled MoE costs as DeepSeek-V3, and its "
-        "stock layout is not the published one (no zero-bubble schedule in the planner).",
+        "A per-trillion-token rate of the main run, so no restarts or other stages inside it. On its "
+        "published layout the step model runs PP 16 with 1F1B's bubble (the planner has no zero-bubble "
+        "schedule), so it is slower than the report by about what that bubble costs; the layout the "
+        "planner picks on its own is faster than the report, for the MoE costs the model does not time.",
         dict(n_layers=60, d_model=5120, n_heads=128, seq_len=4096, global_batch_tokens=9216 * 4096,
              vocab_size=102_400, moe=DEEPSEEK_V2),
-        "PP 16 (zero-bubble) · EP 8 · ZeRO-1 DP"),
+        "PP 16 (zero-bubble) · EP 8 · ZeRO-1 DP", as_run=dict(tp=1, cp=1, pp=16, dp=128, ep=8, zero=1)),
     Run("PaLM 540B", 540.35e9, 780e9, "TPUv4", 6144, 0.457, "published, without attention (46.2 % with it, HFU 57.8 %)",
         1200 * 6144 + 336 * 3072, "gpu_hours", "arXiv 2204.02311 §4 (layout, chips, 1,200 h on 6,144 "
         "TPU v4 plus 336 h on 3,072, 'including some downtime and repeated steps'), Appendix B (MFU), Table 1 (shape)",
@@ -139,7 +154,7 @@ RUNS: tuple[Run, ...] = (
         "spikes, chapter 6) and the early small-batch phase; the 45.7 % is a steady-state figure.",
         dict(n_layers=118, d_model=18432, n_heads=48, kv_heads=1, seq_len=2048, global_batch_tokens=2048 * 2048,
              gpus_per_node=4, vocab_size=256_000),
-        "MP 12 · PP 1 · DP 256 (FSDP) per pod, x2 pods"),
+        "MP 12 · PP 1 · DP 256 (FSDP) per pod, x2 pods", elapsed=True),
     Run("MegaScale 175B", 175e9, 300e9, "A100", 12288, 0.552, "published MFU",
         1.75, "days", "arXiv 2402.15627 abstract (55.2 % MFU on 12,288 GPUs, a 175B model); the 1.75 days "
         "for 300B tokens from news accounts of the paper",
@@ -180,7 +195,8 @@ RUNS: tuple[Run, ...] = (
         "training script turns checkpointing on): 8N, not 6N, so x3/4 for MFU. The 3.5 months also held restarts.",
         dict(n_layers=70, d_model=14336, n_heads=112, seq_len=2048, global_batch_tokens=2048 * 2048,
              vocab_size=250_680),
-        "TP 4 · PP 12 · DP 8, ZeRO-1"),
+        "TP 4 · PP 12 · DP 8, ZeRO-1", as_run=dict(tp=4, cp=1, pp=12, dp=8, zero=1, recompute="full"),
+        elapsed=True),
     Run("Megatron-LM 1T", 1008e9, 450e9, "A100", 3072, 163e12 / 312e12, "163 TFLOP/s per GPU, 52 % of peak (Table 1)",
         84, "days", "arXiv 2104.04473 Table 1 (shape, layout, throughput) and §5.1 (the 84-day estimate for "
         "450B tokens, not a completed run)",
@@ -193,7 +209,7 @@ RUNS: tuple[Run, ...] = (
         "attention and logit FLOPs in its 163 TFLOP/s: in 6N terms the MFU is ~3/4 of 52 %.",
         dict(n_layers=128, d_model=25600, n_heads=160, seq_len=2048, global_batch_tokens=3072 * 2048,
              nic_bits_per_s=200e9, vocab_size=51_200),
-        "TP 8 · PP 64 · DP 6",
+        "TP 8 · PP 64 · DP 6", as_run=dict(tp=8, cp=1, pp=64, dp=6, zero=0, recompute="full"),
         identity='its 84 days are 8TP/(nX) from the same 163 TFLOP/s: given that figure as MFU the ratio is 6/8 by construction'),
     Run("GPT-3 175B", 174.6e9, 300e9, None, None, None, "", 3.14e23, "flops",
         "arXiv 2005.14165 Table D.1 (174,600M parameters, 300B tokens, 3.64e3 PF-days = 3.14e23 FLOP)",
@@ -256,12 +272,12 @@ HELD_OUT: tuple[Run, ...] = (
     Run("LLaMA 65B", 65.2e9, 1.4e12, "A100", 2048, None, "none published", 1_022_362, "gpu_hours", _L1, _L1_SEEN,
         shape=dict(n_layers=80, d_model=8192, n_heads=64, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000)),
     Run("Llama 2 7B", 6.74e9, 2.0e12, "A100", 2048, None, "none published", 184_320, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
+        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
     Run("Llama 2 13B", 13.0e9, 2.0e12, "A100", 2048, None, "none published", 368_640, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
+        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
     Run("Llama 2 70B", 69.0e9, 2.0e12, "A100", 2048, None, "none published", 1_720_320, "gpu_hours", _L2, _L2_SEEN,
         shape=dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, seq_len=4096,
-                   global_batch_tokens=4 * 2 ** 20, vocab_size=32_000)),
+                   global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
 )
 
 
@@ -272,11 +288,16 @@ def check_published(runs: tuple[Run, ...] = RUNS, tolerance: float = TOLERANCE) 
     with its ZeRO stage) next to the ``layout`` the run published. The layout the planner chooses
     does not depend on the MFU given, so one ``plan`` call per run gives both.
 
-    ``own_planned`` / ``own_ratio`` / ``own_within`` are the same figure predicted from the
-    planner's *own* MFU: the row is a ``test`` of the step model when the run published a total
-    (GPU-hours or days) for the planner to predict. ``identity`` says why, given the run's own
-    MFU, the ratio restates the run's arithmetic (then only the own-MFU column tests anything;
-    6ND rows test nothing)."""
+    ``own_planned`` / ``own_ratio`` / ``own_within`` are the same figure predicted from the step
+    model's *own* MFU (``model_mfu``): on the run's published layout (``as_run_mfu``, with
+    ``as_run_fits``) where every degree was published (``Run.as_run``), else on the planner's own
+    layout (``own_mfu``); ``basis`` says which. Where the published total is elapsed time
+    (``Run.elapsed``), the prediction is divided by chapter 12's goodput of the plan (``goodput``),
+    since failures and restarts are inside such a total. The row is a ``test`` of the step model
+    when the run published a total (GPU-hours or days) for the planner to predict; ``own_reason``
+    explains a test outside ±``tolerance``. ``identity`` says why, given the run's own MFU, the
+    ratio restates the run's arithmetic (then only the own-MFU column tests anything; 6ND rows
+    test nothing)."""
     if not isinstance(runs, (tuple, list)):
         raise ValueError(f"runs must be a tuple of plan.runs.Run, got {type(runs).__name__}")
     tolerance = fraction("tolerance", tolerance)
@@ -291,11 +312,26 @@ def check_published(runs: tuple[Run, ...] = RUNS, tolerance: float = TOLERANCE) 
     return rows
 
 
+def _as_run(r: Run) -> Layout:
+    """The step model on the run's published layout (``r.as_run``), on the cluster ``plan`` would
+    use for it (``gpus_per_node`` GPUs and as many NICs per node, the generation's NIC or the run's)."""
+    shape = dict(r.shape)
+    g = shape.pop("gpus_per_node", 8)
+    nic = shape.pop("nic_bits_per_s", None)
+    acc = lookup("gpu", r.gpu)
+    net = Network(f"{g}x {acc.name}", g, g, acc.nic_bits_per_s if nic is None else nic)
+    degrees = {k: r.as_run.get(k, 1) for k in ("tp", "cp", "pp", "dp")}
+    if math.prod(degrees.values()) != r.n_gpus:
+        raise ValueError(f"as_run {degrees} uses {math.prod(degrees.values())} GPUs, not the run's n_gpus={r.n_gpus}")
+    return estimate(n_params=r.n_params, gpu=r.gpu, network=net, **r.as_run, **shape)
+
+
 def _row(r: Run, tolerance: float) -> dict:
     """One row of ``check_published``."""
     row = {"name": r.name, "unit": r.unit, "published": r.published, "mfu": r.mfu,
            "mfu_source": r.mfu_source, "own_mfu": None, "source": r.source,
-           "layout": r.layout, "own_layout": None, "identity": r.identity, "own_planned": None}
+           "layout": r.layout, "own_layout": None, "identity": r.identity, "own_planned": None,
+           "as_run_mfu": None, "as_run_fits": None, "model_mfu": None, "basis": None, "goodput": None}
     if r.unit == "flops":
         row["planned"] = flops.training_flops(r.n_params, r.n_tokens)
     else:
@@ -304,8 +340,14 @@ def _row(r: Run, tolerance: float) -> dict:
         row["own_layout"] = f"{p.layout_shape}, ZeRO-{p.zero_stage}"
         row["planned"] = {"gpu_hours": p.gpu_hours, "days": p.days, "mfu": p.mfu_estimate, None: p.days}[r.unit]
         row["planned_days"] = p.days
+        if r.as_run:
+            x = _as_run(r)
+            row["as_run_mfu"], row["as_run_fits"] = x.mfu, x.fits
+        row["model_mfu"] = p.mfu_estimate if row["as_run_mfu"] is None else row["as_run_mfu"]
+        row["basis"] = "planner's layout" if row["as_run_mfu"] is None else "published layout"
+        row["goodput"] = p.goodput if r.elapsed else 1.0
         if r.unit in ("gpu_hours", "days"):     # both scale as 1 / MFU at fixed N, D and GPUs
-            row["own_planned"] = row["planned"] * p.mfu / p.mfu_estimate
+            row["own_planned"] = row["planned"] * p.mfu / row["model_mfu"] / row["goodput"]
     given = r.mfu is not None or r.unit == "flops"
     row["ratio"] = None if r.published is None or not given else row["planned"] / r.published
     if row["ratio"] == float("inf"):
@@ -315,6 +357,7 @@ def _row(r: Run, tolerance: float) -> dict:
     row["test"] = r.published is not None and row["own_planned"] is not None
     row["own_ratio"] = row["own_planned"] / r.published if row["test"] else None
     row["own_within"] = None if not row["test"] else abs(row["own_ratio"] - 1) <= tolerance
+    row["own_reason"] = r.miss if row["own_within"] is False else ""
     return row
 
 
