@@ -143,6 +143,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"\b405B\b|\b1T model\b", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
         (r"\b(?:8K|128K)\b", "the context lengths of the published Llama 3 runs, the planner's inputs"),
         (r"16M-token", PUBLISHED),
+        (r"of an 80 GB A100", "the device GMLake measured on (arXiv 2401.08156), its datasheet HBM"),
         (r"NVLink \(450 GB/s|one 400 Gb/s NIC", "datasheet constants (course_lib.hardware, course_lib.network)"),
     ],
     "04_dp_fsdp.md": [

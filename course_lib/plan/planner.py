@@ -14,7 +14,7 @@ from .. import faults, flops, scaling
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
 from ..hardware import lookup
-from ..layout import _MAX_LAYERS, _POW2, layout
+from ..layout import _MAX_LAYERS, _POW2, USABLE_FRACTION, layout
 from ..layout_moe import MoE
 from ..numerics import format_info, stall_point
 from .result import Plan
@@ -193,7 +193,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          n_layers: int | None = None, d_model: int | None = None, n_heads: int | None = None,
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
-         usable_fraction: float = 0.9, storage_bytes_per_s: float = _STORAGE_BW,
+         usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float = _STORAGE_BW,
          restart_seconds: float = _RESTART_S, moe: MoE | None = None) -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
