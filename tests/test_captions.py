@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from myst_nb.core.read import read_myst_markdown_notebook
 
-from test_prose_numbers import GLOBAL, NUMBER, PAGES, STRIP, code_inputs, is_input
+from test_prose_numbers import CODE_LITERAL, GLOBAL, NUMBER, PAGES, STRIP, code_inputs, is_input
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("course_figures", ROOT / "book" / "_ext" / "course_figures.py")
@@ -86,6 +86,15 @@ def typed_in(caption: str, allowed: list[tuple[str, str]], inputs: set[float]) -
     return [m.group(0) for m in NUMBER.finditer(text) if not is_input(m.group(0), text[m.end():], inputs)]
 
 
+def notebook_inputs(path: Path) -> set[float]:
+    """The numeric literals of a lab's code cells, the inputs it runs with (a lab cannot glue)."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    # literals, and numbers written into the code's own strings (a title's "LR x50", "CF 1")
+    return ({float(m.replace("_", "")) for m in CODE_LITERAL.findall(code)}
+            | {float(m) for m in re.findall(r"(?<![\d.])\d+(?:\.\d+)?", code)})
+
+
 def test_the_figures_are_found() -> None:
     pages = {p for p, *_ in FIGURES}
     assert sum(p.startswith("book/") for p, *_ in FIGURES) > 30 and len(FIGURES) > 70
@@ -105,6 +114,22 @@ def test_every_chapter_figure_has_a_written_caption_that_glues_its_numbers() -> 
             bad.append(f"{where}: caption too short to say what to notice: {caption!r}")
         if typed := typed_in(caption, PAGES.get(Path(page).name, []), code_inputs(ROOT / page)):
             bad.append(f"{where}: numbers typed in the caption (glue them): {typed} in {caption!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_lab_figure_has_a_written_caption_whose_numbers_are_the_lab_s_inputs() -> None:
+    """A lab's figure is drawn when a reader runs it, on their machine: its caption cannot glue, so
+    it may only quote what the lab runs with (2 ranks, 16 bands of 8 rows), never a result."""
+    bad = []
+    for page, i, _code, caption, _alt in FIGURES:
+        if not page.startswith("notebooks/"):
+            continue
+        where = f"{page} cell {i}"
+        if not caption or len(caption.split()) < 15:
+            bad.append(f"{where}: no written caption that says what to notice: {caption!r}")
+            continue
+        if typed := typed_in(caption, PAGES.get(Path(page).name, []), notebook_inputs(ROOT / page)):
+            bad.append(f"{where}: numbers in the caption that the lab does not run with: {typed} in {caption!r}")
     assert not bad, "\n".join(bad)
 
 
