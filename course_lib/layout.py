@@ -60,6 +60,11 @@ _MAX_LAYERS = 10 ** 5
 # case, not the worst. Llama 3 405B's published 8K layout (arXiv 2407.21783 §3.3.2) fits at it,
 # as Meta ran it (tests/test_layout.py checks both).
 USABLE_FRACTION = 0.9
+# ZB-H1 (Qi et al. 2023, arXiv 2401.10241 §3.1) splits each backward into B (input gradient) and W
+# (weight gradient) and runs W late, so a pipeline idles (p-1)(T_F + T_B - T_W) instead of 1F1B's
+# (p-1)(T_F + T_B + T_W) when m >= p. A layer's 6N FLOPs give T_F : T_B : T_W = 1 : 1 : 1, so a third
+# of 1F1B's bubble (chapter 5's simulator replays the schedule and gives the same, tests/test_layout.py).
+ZB_H1_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
 GMLAKE_A100_FRAGMENTATION_BYTES = 9.2e9     # the average above, of an 80 GB A100
 
 
@@ -92,6 +97,7 @@ class Layout:
     hidden: dict = field(default_factory=dict, compare=False)      # communication hidden, per level
     ep: int = 1            # expert parallelism, carved from DP (a mixture of experts)
     ep_s: float = 0.0      # the exposed all-to-all of the MoE layers
+    schedule: str = "1f1b"  # the pipeline schedule ("zb-h1": zero-bubble's split backward)
 
     @property
     def fits(self) -> bool:
@@ -99,7 +105,7 @@ class Layout:
 
     def shape(self) -> str:
         """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
-        v = f" (v={self.v})" if self.v > 1 else ""
+        v = f" (v={self.v})" if self.v > 1 else (" (ZB-H1)" if self.schedule == "zb-h1" and self.pp > 1 else "")
         ep = f" (EP {self.ep})" if self.ep > 1 else ""
         return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}{ep}"
 
@@ -132,6 +138,7 @@ class _Job:
     cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
     vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
     moe: layout_moe.MoE | None = None   # a mixture of experts (course_lib.layout_moe)
+    schedule: str = "1f1b"    # "zb-h1": zero-bubble's B/W split (given layouts only, estimate)
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -257,6 +264,8 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
         ep_s = m * (moe.moe_layers / pp) * (a2a - ep_hidden)
     busy = compute + tp_s + cp_s + ep_s
     bubble = busy * (pp - 1) / (v * m)
+    if job.schedule == "zb-h1" and m >= pp:
+        bubble *= ZB_H1_BUBBLE_SHARE
     # DP: ZeRO's collectives over the DP·CP replicas (ZeRO-3 gathers per microbatch, twice)
     dp_s = dp_hidden = 0.0
     n = dp * cp
@@ -275,7 +284,8 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
         hidden["ep"] = m * (moe.moe_layers / pp) * ep_hidden
     return Layout(tp, cp, pp, dp, v, zero, mode, m, states, activations, job.usable, compute, bubble,
                   tp_s, cp_s, pp_s, dp_s, 6 * job.psi * job.tokens / job.n / (job.peak * step),
-                  states + activations, step, breakdown=breakdown, hidden=hidden, ep=ep, ep_s=ep_s)
+                  states + activations, step, breakdown=breakdown, hidden=hidden, ep=ep, ep_s=ep_s,
+                  schedule=job.schedule)
 
 
 def _moe_parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool, ep: int) -> dict[str, float]:
@@ -464,7 +474,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
              cp_comm: str = "ring", vocab_size: int | None = None, moe: layout_moe.MoE | None = None,
-             ep: int = 1) -> Layout:
+             ep: int = 1, schedule: str = "1f1b") -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -476,6 +486,10 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     (v = ⌈(L + 2)/PP⌉, Llama 3's 126 layers in 16 stages of 8 chunks), beyond the search's v·PP ≤ L.
     The model states stay those of the average stage, Ψ/(TP·PP): the first stage's embedding
     table takes the place of the layer it gives up.
+
+    ``schedule="zb-h1"`` times the pipeline as ZB-H1 (zero-bubble with 1F1B's memory, DeepSeek-V2's
+    schedule, arXiv 2405.04434 §3.2): a third of 1F1B's bubble when m >= PP (``ZB_H1_BUBBLE_SHARE``),
+    1F1B's below; it needs v = 1. The search does not try it.
     """
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
@@ -483,6 +497,10 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
         cp_comm=cp_comm, vocab_size=vocab_size, moe=moe)
     ep = positive_int("ep", ep)
+    sched = choice("schedule", schedule, ("1f1b", "zb-h1"))
+    if sched == "zb-h1" and v > 1:
+        raise ValueError(f"schedule='zb-h1' is a schedule without interleaving: it needs v=1, got v={v}")
+    job = replace(job, schedule=sched)
     if ep > 1 and job.moe is None:
         raise ValueError(f"ep={ep}: expert parallelism needs a mixture of experts (moe=...)")
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)

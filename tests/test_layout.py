@@ -197,3 +197,22 @@ def test_usable_fraction_is_the_measured_fragmentation_and_llama3_fits_at_it():
     assert x.fits and x.usable_bytes == L.USABLE_FRACTION * lookup("gpu", "H100-SXM").hbm_bytes
     # at GMLake's worst case (25 GB lost) the layout Meta ran would not fit: the average is the default
     assert x.memory_bytes > (1 - 25e9 / 80e9) * lookup("gpu", "H100-SXM").hbm_bytes
+
+
+def test_zero_bubble_h1_is_timed_as_chapter_5s_simulator_replays_it():
+    """ZB_H1_BUBBLE_SHARE is the simulator's own ratio of ZB-H1's idle time to 1F1B's at 6N's
+    T_F : T_B : T_W = 1 : 1 : 1; a given ZB-H1 layout's bubble is that share of its 1F1B bubble."""
+    from course_lib import pipeline
+    p, m = 8, 32
+    zb = pipeline.simulate("zb-h1", p, m, t_forward=1.0, t_backward=2.0).makespan() - 3 * m
+    one = pipeline.simulate("1f1b", p, m, t_forward=1.0, t_backward=2.0).makespan() - 3 * m
+    assert zb / one == pytest.approx(L.ZB_H1_BUBBLE_SHARE, rel=1e-12)
+    shape = dict(n_params=21e9, n_layers=60, d_model=5120, n_heads=128, seq_len=4096,
+                 global_batch_tokens=9216 * 4096, gpu="H800")
+    base, zbl = (L.estimate(1, 1, 16, 128, schedule=s, **shape) for s in ("1f1b", "zb-h1"))
+    assert zbl.bubble_s == pytest.approx(base.bubble_s * L.ZB_H1_BUBBLE_SHARE, rel=1e-12)
+    assert zbl.memory_bytes == base.memory_bytes and zbl.shape().endswith("PP 16 (ZB-H1) · DP 128")
+    with pytest.raises(ValueError, match="needs v=1"):
+        L.estimate(1, 1, 16, 128, v=2, schedule="zb-h1", **shape)
+    with pytest.raises(ValueError, match="schedule"):
+        L.estimate(1, 1, 16, 128, schedule="zb-v", **shape)

@@ -86,6 +86,40 @@ def test_interleaved_simulation_matches_megatron_formula(p, groups, v, tf, ratio
     assert (tl.makespan() - ideal) / ideal == pytest.approx(pipeline.bubble_overhead(p, m, v), rel=1e-9)
 
 
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(1, 8), extra=st.integers(0, 24), tf=st.floats(0.1, 5.0), tb=st.floats(0.2, 6.0),
+       share=st.floats(0.05, 0.5))
+def test_zero_bubble_h1_meets_the_papers_bubble_at_1f1bs_memory(p, extra, tf, tb, share):
+    """Qi et al. 2023 (arXiv 2401.10241), ZB-H1: with m >= p and T_W no longer than T_F or T_B (a
+    weight-gradient GEMM against the forward's one GEMM and the input-gradient's), a step lasts
+    m(T_F + T_B + T_W) + (p-1)(T_F + T_B - T_W), against 1F1B's (m + p - 1)(T_F + T_B + T_W),
+    with p microbatches in flight at most (counted until each W), 1F1B's peak."""
+    m = p + extra
+    zb = pipeline.simulate("zb-h1", p, m, t_forward=tf, t_backward=tb, w_share=share)
+    t_b, t_w = tb * (1 - share), tb * share
+    assert zb.makespan() <= pipeline.step_time(p, m, tf, tb) * (1 + 1e-12)     # never slower than 1F1B
+    if t_w <= tf:
+        assert zb.makespan() == pytest.approx(m * (tf + tb) + (p - 1) * (tf + t_b - t_w), rel=1e-9)
+    assert zb.peak_in_flight == [min(p, m)] * p
+    assert [pipeline.peak_in_flight("zb-h1", p, m, s) for s in range(p)] == [min(p, m)] * p
+    # every W starts after its own B on the same rank; the total work is 1F1B's
+    done = {(e.kind, e.mb, e.rank): e for e in zb.events}
+    assert all(done["B", e.mb, e.rank].end <= e.start + 1e-12 for e in zb.events if e.kind == "W")
+    assert sum(zb.busy(r) for r in range(p)) == pytest.approx(p * m * (tf + tb), rel=1e-9)
+
+
+def test_a_split_backward_is_simulated_not_executed():
+    """The executor runs whole backwards: a ZB-H1 run is refused with where to simulate it."""
+    from course_lib.pipeline import run as pr
+    assert ps.parse_ops("F0 B0 W0") == [ps.Op("F", 0), ps.Op("B", 0), ps.Op("W", 0)]
+    with pytest.raises(ValueError, match=r"schedule='zb-h1' splits each backward .* pipeline.simulate"):
+        pr.run_pipeline(pr.DEMO, 2, [{"schedule": "zb-h1", "m": 2}])
+    with pytest.raises(pipeline.ScheduleError, match="every F, B and W of microbatches 0..0 .* missing W0"):
+        pipeline.simulate([["F0", "B0", "W0"], ["F0", "B0"]])
+    with pytest.raises(ValueError, match="w_share"):
+        pipeline.simulate("zb-h1", 2, 2, w_share=1.0)
+
+
 def test_simulator_catches_deadlocks_and_broken_orders():
     orders = ps.schedule("1f1b", 2, 2)
     orders[1] = [ps.Op("B", 0)] + [o for o in orders[1] if o != ps.Op("B", 0)]   # backward before forward

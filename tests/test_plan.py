@@ -146,8 +146,8 @@ def published() -> dict:
 def test_check_published_ratios_stay_where_the_explanations_put_them(published):
     # OPT published no total; DeepSeek-V2 no MFU (only its own-MFU prediction is compared)
     assert set(BOUNDS) | {"OPT-175B", "DeepSeek-V2"} == {r.name for r in RUNS}
-    # on its published PP 16 with 1F1B's bubble (no zero-bubble schedule here): slower than the report
-    assert published["DeepSeek-V2"]["ratio"] is None and 1.0 <= published["DeepSeek-V2"]["own_ratio"] <= 1.2
+    # on its published PP 16 with ZB-H1's bubble (a third of 1F1B's): within the tolerance
+    assert published["DeepSeek-V2"]["ratio"] is None and published["DeepSeek-V2"]["own_within"]
     for name, (lo, hi) in BOUNDS.items():
         row = published[name]
         assert lo <= row["ratio"] <= hi, (name, row["ratio"])

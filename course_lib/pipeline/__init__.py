@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
 from .schedules import (SCHEDULES, Op, gpipe, interleaved_1f1b, one_f_one_b, parse_ops,
-                                          schedule)
+                        schedule, zero_bubble_h1)
 
 __all__ = ["bubble_fraction", "bubble_overhead", "min_microbatches", "step_time",
            "peak_in_flight", "ScheduleError", "simulate", "MAX_OPS"]
@@ -92,7 +92,8 @@ def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
     """Most microbatches whose activations ``stage`` holds at once under schedule ``name``,
     in units of one full stage's activations (a chunk counts 1/v).
 
-    GPipe: ``m``. 1F1B: ``min(p − stage, m)``. Interleaved: read off Megatron's order. Only
+    GPipe: ``m``. 1F1B: ``min(p − stage, m)``. Interleaved: read off Megatron's order. ZB-H1:
+    a microbatch counts until its weight gradient (W) has run, ``min(p, m)`` on every stage. Only
     ``stage``'s own order is built; ``m·v`` may be at most ``MAX_OPS``.
     """
     name = choice("name", name, SCHEDULES)
@@ -105,7 +106,7 @@ def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
         return _peak(interleaved_1f1b(p, m, stage, v), v)
     if v != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
-    return _peak((gpipe if name == "gpipe" else one_f_one_b)(p, m, stage), 1)
+    return _peak({"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}[name](p, m, stage), 1)
 
 
 def _check_ops(**sizes: int) -> None:
@@ -117,9 +118,12 @@ def _check_ops(**sizes: int) -> None:
 
 
 def _peak(ops: Sequence[Op], v: int) -> float:
+    """Stashed microbatches at most: one more at each F, one fewer when its last backward op ends
+    (B, or W when the backward is split: the weight gradient still reads the stage's inputs)."""
+    frees = "W" if any(op.kind == "W" for op in ops) else "B"
     live, peak = 0, 0
     for op in ops:
-        live += 1 if op.kind == "F" else -1
+        live += 1 if op.kind == "F" else (-1 if op.kind == frees else 0)
         peak = max(peak, live)
     return peak / v
 
@@ -136,10 +140,11 @@ def _validate_orders(orders: Sequence[Sequence[Op]]) -> tuple[int, int]:
     v = 1 + max((op.chunk for ops in orders for op in ops), default=0)
     if m == 0:
         raise ScheduleError("orders contain no operations")
-    want = sorted(Op(k, i, c) for k in "FB" for i in range(m) for c in range(v))
+    kinds = "FBW" if any(op.kind == "W" for ops in orders for op in ops) else "FB"
+    want = sorted(Op(k, i, c) for k in kinds for i in range(m) for c in range(v))
     for r, ops in enumerate(orders):
         for op in ops:
-            if op.kind not in "FB" or op.mb < 0 or op.chunk < 0:
+            if op.kind not in "FBW" or op.mb < 0 or op.chunk < 0:
                 raise ScheduleError(f"rank {r}: invalid operation {op!r}")
         have = sorted(ops)
         if have != want:
@@ -147,7 +152,8 @@ def _validate_orders(orders: Sequence[Sequence[Op]]) -> tuple[int, int]:
             dup = sorted({o for o in have if have.count(o) > 1})
             parts = [f"missing {', '.join(map(str, missing))}" if missing else "",
                      f"repeated {', '.join(map(str, dup))}" if dup else ""]
-            raise ScheduleError(f"rank {r}: every F and B of microbatches 0..{m - 1} must appear "
+            names = "F, B and W" if kinds == "FBW" else "F and B"
+            raise ScheduleError(f"rank {r}: every {names} of microbatches 0..{m - 1} must appear "
                                 f"exactly once; {'; '.join(x for x in parts if x)}")
     return m, v
 
@@ -164,7 +170,8 @@ def _times(name: str, t: float | Sequence[float], n_stages: int, v: int) -> list
 def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m: int | None = None,
              *, v: int = 1, t_forward: float | Sequence[float] = 1.0,
              t_backward: float | Sequence[float] = 2.0, t_comm: float = 0.0,
-             op_times: Mapping[tuple[str, int, int], float] | None = None) -> Timeline:
+             op_times: Mapping[tuple[str, int, int], float] | None = None,
+             w_share: float = 0.5) -> Timeline:
     """Replay a pipeline schedule exactly and return its ``Timeline``.
 
     ``orders`` is a schedule name ("gpipe", "1f1b", "interleaved", then ``p``, ``m`` and ``v`` are
@@ -174,9 +181,12 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
     ``c·p + r`` is chunk c of rank r). ``t_comm``: latency of each activation/gradient hop.
     ``op_times`` gives single operations their own durations, keyed ``(kind, mb, stage)`` (e.g.
     the durations a real run measured, to replay it without its communication); operations it
-    does not list take ``t_forward``/``t_backward``.
+    does not list take ``t_forward``/``t_backward``. Where the orders split the backward (``W``
+    ops, the ZB-H1 schedule), B takes ``1 − w_share`` of ``t_backward`` and W the rest (a linear
+    layer's two backward GEMMs cost the same, so 0.5 by default).
 
-    Dependencies: F(mb, stage g) needs F(mb, g−1); B(mb, g) needs F(mb, g) and B(mb, g+1).
+    Dependencies: F(mb, stage g) needs F(mb, g−1); B(mb, g) needs F(mb, g) and B(mb, g+1);
+    W(mb, g) needs B(mb, g).
     The timeline's ``peak_in_flight`` attribute lists each rank's maximum number of microbatches
     with stashed activations (in whole-stage units). Raises ``ScheduleError`` (a ValueError) if
     an order is incomplete or can never finish.
@@ -196,6 +206,10 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
     tc = positive("t_comm", t_comm, allow_zero=True)
     tf = _times("t_forward", t_forward, p * v, v)
     tb = _times("t_backward", t_backward, p * v, v)
+    share = fraction("w_share", w_share, allow_one=False)
+    if any(op.kind == "W" for o in ops for op in o):
+        tw = [t * share for t in tb]
+        tb = [t - w for t, w in zip(tb, tw)]
     last = p * v - 1
     done: dict[tuple[str, int, int], float] = {}
     ptr, free = [0] * p, [0.0] * p
@@ -208,12 +222,14 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
                 g = op.chunk * p + r
                 if op.kind == "F":
                     deps = [("F", op.mb, g - 1)] if g > 0 else []
+                elif op.kind == "W":
+                    deps = [("B", op.mb, g)]
                 else:
                     deps = [("F", op.mb, g)] + ([("B", op.mb, g + 1)] if g < last else [])
                 if any(d not in done for d in deps):
                     break
                 ready = max([free[r]] + [done[d] + (tc if d[2] != g else 0.0) for d in deps])
-                dur = tf[g] if op.kind == "F" else tb[g]
+                dur = tf[g] if op.kind == "F" else (tb[g] if op.kind == "B" else tw[g])
                 if op_times is not None:
                     dur = positive("op_times", op_times.get((op.kind, op.mb, g), dur), allow_zero=True)
                 done[(op.kind, op.mb, g)] = free[r] = ready + dur

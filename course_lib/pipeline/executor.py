@@ -67,6 +67,9 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     without the last stage).
     """
     p, r, group = ctx.world_size, ctx.rank, ctx.group
+    if any(op.kind not in ("F", "B") for op in ops):
+        raise ValueError("execute_step runs forwards (F) and whole backwards (B) only; a split backward's "
+                         "W ops (ZB-H1) are replayed by pipeline.simulate")
     n_stages = p * len(chunks)
     # each microbatch in its own storage, as if it came separately from the data loader
     xs, ys = [t.clone() for t in x.chunk(m)], [t.clone() for t in y.chunk(m)]

@@ -19,8 +19,8 @@ from .. import plots
 
 __all__ = ["Event", "Timeline", "COLORS", "draw"]
 
-COMPUTE = ("F", "B")
-COLORS = {"F": plots.NEUTRAL, "B": plots.ACCENT, "recv": "#c9ced6", "opt": "#66a182",
+COMPUTE = ("F", "B", "W")
+COLORS = {"F": plots.NEUTRAL, "B": plots.ACCENT, "W": "#CC79A7", "recv": "#c9ced6", "opt": "#66a182",
           "send": "#8d96a3"}
 
 
@@ -96,11 +96,12 @@ class Timeline:
 
 def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "s",
          scale: float = 1.0, labels: bool = True, legend: bool = True,
-         kinds: tuple[str, ...] = ("F", "B", "recv", "opt"), rows: Sequence[str] | None = None,
+         kinds: tuple[str, ...] = ("F", "B", "W", "recv", "opt"), rows: Sequence[str] | None = None,
          names: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None):
     """Draw ``timeline`` as a Gantt chart, rank 0 on top; returns the axes.
 
-    Forward passes are blue, backward passes amber, blocking receives (time spent waiting for a
+    Forward passes are blue, backward passes amber (a split backward's weight-gradient half, W,
+    reddish purple), blocking receives (time spent waiting for a
     neighbour) light grey, optimizer steps green. Boxes wide enough carry the microbatch number. ``scale`` multiplies times for display (e.g. 1e3
     with ``unit="ms"``). Chunks > 0 are drawn hatched so interleaving is visible. The legend
     sits to the right of the axes (``legend=False`` leaves it out, e.g. for stacked panels).
@@ -135,7 +136,7 @@ def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "
     ax.set_xlabel(f"time ({unit})")
     ax.grid(False)
     if legend:
-        label = {"F": "forward", "B": "backward", "recv": "waiting\nin recv", "opt": "optimizer\nstep",
+        label = {"F": "forward", "B": "backward", "W": "weight\ngradient", "recv": "waiting\nin recv", "opt": "optimizer\nstep",
                  **(names or {})}
         handles = [mpatches.Patch(color=colour.get(k, "#999999"), label=label.get(k, k))
                    for k in dict.fromkeys(kinds) if any(e.kind == k for e in ev)]

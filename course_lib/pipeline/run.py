@@ -23,7 +23,7 @@ from ..model import GPT, GPTConfig
 from . import bubble_fraction, simulate
 from .executor import default_sizes, execute_step, pipeline_worker
 from .partition import DEMO, check_sizes, make_batch
-from .schedules import SCHEDULES, schedule
+from .schedules import EXECUTABLE, SCHEDULES, schedule
 
 __all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "bubble_table",
            "run_pipeline", "reference_step"]
@@ -135,7 +135,12 @@ def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"sc
     for run in runs:
         positive_int("mb_size", run.get("mb_size", mb_size))
         rcfg, v = run.get("cfg", cfg), positive_int("v", run.get("v", 1))
-        schedule(choice("schedule", run.get("schedule", "1f1b"), SCHEDULES), p, run["m"], v)  # validates m, v
+        name = run.get("schedule", "1f1b")
+        if name in SCHEDULES and name not in EXECUTABLE:
+            raise ValueError(f"schedule={name!r} splits each backward into B and W, which this executor does "
+                             f"not (it runs whole backwards): simulate it with pipeline.simulate, or run one "
+                             f"of {', '.join(map(repr, EXECUTABLE))}")
+        schedule(choice("schedule", name, EXECUTABLE), p, run["m"], v)  # validates m, v
         check_sizes(default_sizes(rcfg, p * v, run.get("sizes", sizes)), rcfg.n_layers + 2, p * v)
     res = launch(pipeline_worker, p, timeout=timeout, threads_per_rank=1, cfg=cfg, runs=list(runs),
                  sizes=sizes, mb_size=mb_size, seed=seed, lr=lr, clip=clip,

@@ -15,6 +15,14 @@ order the real ranks follow.
   ``p − s − 1`` warm-up forwards, then alternates one forward and one backward, then drains.
   At most ``p − s`` microbatches are in flight; the bubble is the same as GPipe's.
 * Interleaved 1F1B: the same idea over ``v`` chunks per rank, which divides the bubble by ``v``.
+* ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241): a backward splits
+  into ``B``, the gradient with respect to the stage's input, which the previous stage waits for,
+  and ``W`` (``Op("W", i)``), the gradient of the weights, which nobody waits for. Stage ``s``
+  keeps 1F1B's order of F and B but runs each W ``s`` backwards late, filling the drain with them;
+  with T_W no longer than T_F and T_B, and m ≥ p, the bubble falls from (p−1)(T_F+T_B+T_W) to
+  (p−1)(T_F+T_B−T_W) at
+  1F1B's peak of p microbatches in flight. Only the simulator runs it: the multi-process
+  executor computes whole backwards (``EXECUTABLE``).
 """
 from __future__ import annotations
 
@@ -23,15 +31,17 @@ from dataclasses import dataclass
 
 from .._validate import choice, positive_int
 
-__all__ = ["Op", "SCHEDULES", "gpipe", "one_f_one_b", "interleaved_1f1b", "schedule",
-           "parse_ops", "format_ops"]
+__all__ = ["Op", "SCHEDULES", "EXECUTABLE", "gpipe", "one_f_one_b", "interleaved_1f1b", "zero_bubble_h1",
+           "schedule", "parse_ops", "format_ops"]
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+EXECUTABLE = ("gpipe", "1f1b", "interleaved")    # what the multi-process executor runs
+SCHEDULES = EXECUTABLE + ("zb-h1",)              # what the simulator replays
 
 
 @dataclass(frozen=True, order=True)
 class Op:
-    """One unit of pipeline work on a rank: ``kind`` "F" or "B", microbatch ``mb``, model ``chunk``."""
+    """One unit of pipeline work on a rank: ``kind`` "F", "B" or (split backward) "W", microbatch
+    ``mb``, model ``chunk``."""
 
     kind: str
     mb: int
@@ -97,19 +107,45 @@ def interleaved_1f1b(p: int, m: int, stage: int, v: int = 2) -> list[Op]:
     return ops
 
 
+def zero_bubble_h1(p: int, m: int, stage: int) -> list[Op]:
+    """ZB-H1's order for ``stage`` of ``p`` (Qi et al. 2023, arXiv 2401.10241): 1F1B's warm-up
+    and its alternation of F and B, where B is the input-gradient half of the backward, and each
+    weight-gradient half ``W`` run ``stage`` backwards later (the last stage, which waits most in
+    1F1B's drain, defers most); the W still owed run at the end."""
+    p, m = _check(p, m, stage)
+    warmup = min(p - stage - 1, m)
+    ops = [Op("F", i) for i in range(warmup)]
+    backs = weights = 0
+
+    def backward() -> None:
+        nonlocal backs, weights
+        ops.append(Op("B", backs))
+        backs += 1
+        if backs - weights > stage:          # more than ``stage`` W owed: run the oldest
+            ops.append(Op("W", weights))
+            weights += 1
+
+    for i in range(m - warmup):
+        ops.append(Op("F", warmup + i))
+        backward()
+    while backs < m:
+        backward()
+    return ops + [Op("W", i) for i in range(weights, m)]
+
+
 def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
-    """Op lists of every rank for schedule ``name`` in ("gpipe", "1f1b", "interleaved")."""
+    """Op lists of every rank for schedule ``name`` in ("gpipe", "1f1b", "interleaved", "zb-h1")."""
     name = choice("name", name, SCHEDULES)
     p = positive_int("p", p)
     if name == "interleaved":
         return [interleaved_1f1b(p, m, r, v) for r in range(p)]
     if positive_int("v", v) != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
-    fn = gpipe if name == "gpipe" else one_f_one_b
+    fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}[name]
     return [fn(p, m, r) for r in range(p)]
 
 
-_OP_RE = re.compile(r"^\s*([FBfb])\s*(\d+)\s*(?:[.:c]\s*(\d+))?\s*$")
+_OP_RE = re.compile(r"^\s*([FBWfbw])\s*(\d+)\s*(?:[.:c]\s*(\d+))?\s*$")
 
 
 def parse_ops(ops: object) -> list[Op]:
@@ -130,7 +166,8 @@ def parse_ops(ops: object) -> list[Op]:
             continue
         match = _OP_RE.match(str(item))
         if not match:
-            raise ValueError(f"ops: cannot read {item!r}; write operations like 'F0' or 'B3'")
+            raise ValueError(f"ops: cannot read {item!r}; write operations like 'F0', 'B3' (or 'W3', a split "
+                             f"backward's weight gradient)")
         kind, mb, chunk = match.groups()
         out.append(Op(kind.upper(), int(mb), int(chunk or 0)))
     return out
