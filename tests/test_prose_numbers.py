@@ -165,6 +165,14 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"前向的 2\.5 倍，而不是 2 倍", "lab 1's checked cell prints the ratio 2.50"),
         (r"按 756 TFLOP/s", "H100 PCIe datasheet figure (course_lib.hardware, with its source)"),
     ],
+    "zh/02_scaling.md": [
+        (r"训成 70B、1\.4T|280B 的 Gopher|Chinchilla 的 70B|≈40B", PUBLISHED),
+        (r"67B、1\.5T|1T、21\.2T", "Hoffmann et al.'s Table 3, quoted"),
+        (r"\b8B\b|15T token", "Llama 3 8B's published size and token count"),
+        (r"式 \(4\)", "an equation of the cited paper (Hoffmann et al.'s eq. 4)"),
+        (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
+        (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
