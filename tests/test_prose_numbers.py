@@ -173,6 +173,11 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
         (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
     ],
+    "zh/04_dp_fsdp.md": [
+        (r"两个 512 KiB 桶", "DataParallel's default bucket size (course_lib.parallel)"),
+        (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
+        (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
