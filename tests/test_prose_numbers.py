@@ -178,6 +178,12 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
         (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
     ],
+    "zh/05_pipeline.md": [
+        (r"宽度 256", "the pipeline model's configuration (pipeline.run)"),
+        (r"慢 20%，整条流水线就慢 20%", "a hypothetical stage, for the argument"),
+        (r"128k–256k|32k 上下文、4k 窗口", "context lengths of the example architectures"),
+        (r"相差不超过 1\.3 倍", "the threshold lab 5's checked cell asserts"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
