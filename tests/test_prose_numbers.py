@@ -184,6 +184,11 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"128k–256k|32k 上下文、4k 窗口", "context lengths of the example architectures"),
         (r"相差不超过 1\.3 倍", "the threshold lab 5's checked cell asserts"),
     ],
+    "zh/07_fp16.md": [
+        (r"多加 25 %", "0.125 for 0.1, derived in the same sentence"),
+        (r"\b65504\b", "FP16's largest finite value, a property of the format"),
+        (r"大约 40 %", PUBLISHED),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
