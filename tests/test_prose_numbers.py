@@ -157,7 +157,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"1 \+ 1 \+ … \+ 1", "chapter 7's title"),
     ],
     "zh/01_flops.md": [
-        (r"3640 PF-days|\"3\.8 × 10²⁵\"", PUBLISHED),
+        (r"3640 PF-days|“3\.8 × 10²⁵”", PUBLISHED),
         (r"96 层，\s+=\s+12288", "GPT-3's published configuration, the input of gpt_params"),
         (r"超过 90 %|而不是 4 %", NOTES),
         (r"差 2 倍", "full over causal attention is 2× by definition (derived in this section); the sparse "
