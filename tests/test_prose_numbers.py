@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
 # Fences whose content is prose (admonitions and friends); every other fence is code or math.
-PROSE_FENCES = re.compile(r"\{(admonition|note|warning|tip|important|seealso|caution|attention|hint|figure)\}")
+PROSE_FENCES = re.compile(r"\{(admonition|note|warning|tip|important|seealso|caution|attention|hint|figure|container)\}")
 ROLE = re.compile(r"\{(glue:text|glue:md|glue|cite|cite:p|cite:t|ref|doc|numref|eq|download|term)\}`[^`]*`")
 STRIP = [
     re.compile(r"<!--.*?-->", re.S),              # HTML comments
@@ -204,14 +204,14 @@ def prose(path: Path) -> list[tuple[int, str]]:
         start = next(i for i in range(1, len(lines)) if lines[i].strip() == "---") + 1
     for n, line in enumerate(lines[start:], start + 1):
         opener = re.match(r"\s*(`{3,}|~{3,})(.*)", line)
+        if fence is None and prose_fence and line.strip() == prose_fence[-1]:
+            prose_fence.pop()       # before the opener test: a closing ``` also looks like an opener
+            continue
         if fence is None and opener:
             fence = opener.group(1)
             if PROSE_FENCES.match(opener.group(2).strip()):   # prose inside: keep reading it
                 prose_fence.append(fence)
                 fence = None
-            continue
-        if fence is None and prose_fence and line.strip() == prose_fence[-1]:
-            prose_fence.pop()
             continue
         if fence is not None:
             if line.strip() == fence:
@@ -328,6 +328,7 @@ def test_every_allowlist_entry_still_matches_something() -> None:
     ("On 1024 H100 GPUs in FP16 (GPT-3, 2020 {cite}`brown2020gpt3`).\n", ["'1024'"]),
     ("```{code-cell} ipython3\nx = 41\n```\nAfter `x = 41`, see §3.2 and Table 2.\n", []),
     ("```{admonition} Note\nIt is 8–15 % of the work.\n```\n", ["'8'", "'15'"]),
+    ("```{admonition} Note\nFine.\n```\nIt takes 41 days.\n", ["'41'"]),      # prose after a box is read too
     ("The bill is \\$25 per token.\n", ["'25'"]),
     ("在1024块H100上训练41天，见第 3 章。\n", ["'1024'", "'41'"]),      # Chinese: no spaces around numbers
 ])
