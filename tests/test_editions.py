@@ -39,6 +39,7 @@ CALC = re.compile(r'data-calc="([^"]+)"')
 REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([^`>]+)>?`")
 DOC = re.compile(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`")
 MD_LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 def _english(page: Path) -> Path:
@@ -96,6 +97,26 @@ def test_twin_runs_the_same_code_cells(page: Path) -> None:
         assert a == b, f"book/zh/{page.name}: code cell {k} differs from the English page's; copy it unchanged"
 
 
+ZH_CAPTION = re.compile(r"\s*```\{container\} " + editions.ZH_CAPTION_CLASS + r"\n(.+?)\n```$", re.M)
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_each_captioned_figure_has_its_chinese_caption_right_after_the_cell(page: Path) -> None:
+    """The cell keeps the English caption (byte for byte, see above); the Chinese one is a
+    ``{container} zh-caption`` block of one paragraph right after it, which course_editions moves
+    into the figure. No block stands anywhere else (the build would warn), none is empty."""
+    text, problems = _text(page), []
+    cells = list(CODE_CELL.finditer(text))
+    blocks = text.count("{container} " + editions.ZH_CAPTION_CLASS)
+    captioned = [m for m in cells if re.search(r"^mystnb:\n(?:  .*\n)*?  figure:\n(?:    .*\n)*?    caption:", m.group(0), re.M)]
+    for k, m in enumerate(captioned, 1):
+        after = ZH_CAPTION.match(text, m.end() + 1)
+        if after is None or not CJK_RUN.search(after.group(1)) or "\n\n" in after.group(1):
+            problems.append(f"captioned figure {k}: no one-paragraph Chinese zh-caption block right after its cell")
+    assert not problems and blocks == len(captioned), (
+        f"book/zh/{page.name}: {problems or f'{blocks} zh-caption blocks for {len(captioned)} captioned figures'}")
+
+
 @pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
 def test_twin_pastes_the_same_glued_numbers_and_calculators(page: Path) -> None:
     zh, en = _text(page), _text(_english(page))
@@ -126,9 +147,6 @@ def test_twin_links_stay_in_its_edition(page: Path) -> None:
 
 
 # --- terms --------------------------------------------------------------------------------------
-
-CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-
 
 def _glossary() -> dict[str, str]:
     """English glossary term -> its entry's text."""
