@@ -98,23 +98,33 @@ def test_twin_runs_the_same_code_cells(page: Path) -> None:
 
 
 ZH_CAPTION = re.compile(r"\s*```\{container\} " + editions.ZH_CAPTION_CLASS + r"\n(.+?)\n```$", re.M)
+ZH_ALT = re.compile(r"\s*```\{container\} " + editions.ZH_ALT_CLASS + r"\n(.+?)\n```$", re.M)
 
 
 @pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
 def test_each_captioned_figure_has_its_chinese_caption_right_after_the_cell(page: Path) -> None:
     """The cell keeps the English caption (byte for byte, see above); the Chinese one is a
     ``{container} zh-caption`` block of one paragraph right after it, which course_editions moves
-    into the figure. No block stands anywhere else (the build would warn), none is empty."""
+    into the figure, and where the English cell writes its own alt text a ``zh-alt`` block follows.
+    No block stands anywhere else (the build would warn), none is empty."""
     text, problems = _text(page), []
     cells = list(CODE_CELL.finditer(text))
-    blocks = text.count("{container} " + editions.ZH_CAPTION_CLASS)
+    blocks = text.count("{container} " + editions.ZH_CAPTION_CLASS) + text.count("{container} " + editions.ZH_ALT_CLASS)
     captioned = [m for m in cells if re.search(r"^mystnb:\n(?:  .*\n)*?  figure:\n(?:    .*\n)*?    caption:", m.group(0), re.M)]
+    expected = 0
     for k, m in enumerate(captioned, 1):
         after = ZH_CAPTION.match(text, m.end() + 1)
         if after is None or not CJK_RUN.search(after.group(1)) or "\n\n" in after.group(1):
             problems.append(f"captioned figure {k}: no one-paragraph Chinese zh-caption block right after its cell")
-    assert not problems and blocks == len(captioned), (
-        f"book/zh/{page.name}: {problems or f'{blocks} zh-caption blocks for {len(captioned)} captioned figures'}")
+            continue
+        expected += 1
+        if re.search(r"^  image:\n(?:    .*\n)*?    alt:", m.group(0), re.M):
+            alt = ZH_ALT.match(text, after.end() + 1)
+            expected += 1
+            if alt is None or not CJK_RUN.search(alt.group(1)) or "\n\n" in alt.group(1):
+                problems.append(f"captioned figure {k}: its cell writes an alt text, no Chinese zh-alt block after the caption")
+    assert not problems and blocks == expected, (
+        f"book/zh/{page.name}: {problems or f'{blocks} zh-caption/zh-alt blocks, {expected} expected'}")
 
 
 @pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)

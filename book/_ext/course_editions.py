@@ -99,36 +99,47 @@ def switch_html(docname: str, docs: set[str] | frozenset[str], uri: Any,
 
 
 ZH_CAPTION_CLASS = "zh-caption"
+ZH_ALT_CLASS = "zh-alt"
 
 
 class TwinCaptions(SphinxTransform):
-    """The Chinese caption of a twin's figure. The twin runs the English cell byte for byte, its
-    caption metadata included (jupyter-cache hashes cell metadata too, so a changed caption would
-    execute the page a second time), so the Chinese caption is written in the page, right after
-    the cell, as a ``{container} zh-caption`` block; its glue roles resolve like any prose of the
-    page. This transform moves that text into the figure's caption, in place of the English one,
-    and drops the block. It runs before course_figures (500), which makes the alt text from the
-    caption it finds. A block with no captioned figure right before it is a build warning."""
+    """The Chinese caption (and alt text) of a twin's figure. The twin runs the English cell byte
+    for byte, its caption metadata included (jupyter-cache hashes cell metadata too, so a changed
+    caption would execute the page a second time), so the Chinese caption is written in the page,
+    right after the cell, as a ``{container} zh-caption`` block; its glue roles resolve like any
+    prose of the page. This transform moves that text into the figure's caption, in place of the
+    English one, and drops the block. A cell whose English metadata writes the alt text itself
+    (``image: alt:``) gets a ``{container} zh-alt`` block after its caption block, whose plain
+    text becomes the images' alt. It runs before course_figures (500), which makes the alt text
+    of the other figures from the caption it finds. A block with no captioned figure right before
+    it is a build warning."""
     default_priority = 490
 
     def apply(self, **kwargs: Any) -> None:
         if not is_zh(self.env.docname):
             return
         for block in list(self.document.findall(nodes.container)):
-            if ZH_CAPTION_CLASS not in block.get("classes", []):
+            kind = next((c for c in (ZH_CAPTION_CLASS, ZH_ALT_CLASS) if c in block.get("classes", [])), None)
+            if kind is None:
                 continue
-            caption = self._figure_caption_before(block)
+            figure = self._figure_before(block)
+            caption = figure.next_node(nodes.caption) if figure is not None else None
             paragraphs = [p for p in block.children if isinstance(p, nodes.paragraph)]
             if caption is None or len(paragraphs) != 1:
-                logger.warning("a zh-caption block must hold one paragraph and follow a code cell whose "
+                logger.warning(f"a {kind} block must hold one paragraph and follow a code cell whose "
                                "figure has a caption", location=block, type="course", subtype="caption")
                 continue
-            caption.children = []
-            caption.extend(paragraphs[0].children)
+            if kind == ZH_CAPTION_CLASS:
+                caption.children = []
+                caption.extend(paragraphs[0].children)
+            else:
+                alt = " ".join(paragraphs[0].astext().split())
+                for image in figure.findall(nodes.image):
+                    image["alt"] = alt
             block.parent.remove(block)
 
     @staticmethod
-    def _figure_caption_before(block: nodes.Element) -> nodes.caption | None:
+    def _figure_before(block: nodes.Element) -> nodes.figure | None:
         parent = block.parent
         k = parent.index(block) - 1
         while k >= 0 and isinstance(parent[k], (nodes.target, nodes.comment)):
@@ -137,8 +148,7 @@ class TwinCaptions(SphinxTransform):
             return None
         # myst-nb wraps every display output of a captioned cell in a figure (a table printed
         # beside the plot too, which course_figures unwraps again): the plot's figure holds an image
-        figure = next((f for f in parent[k].findall(nodes.figure) if next(iter(f.findall(nodes.image)), None)), None)
-        return figure.next_node(nodes.caption) if figure is not None else None
+        return next((f for f in parent[k].findall(nodes.figure) if next(iter(f.findall(nodes.image)), None)), None)
 
 
 class TwinFigureLabels(SphinxTransform):
