@@ -267,3 +267,30 @@ def test_a_figure_named_by_the_english_cell_gets_the_zh_prefix_on_the_twin() -> 
     assert set(zh.nameids) == {"zh-fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}
     assert zh.ids["fig-04-fsdp-unit"]["names"] == ["zh-fig-04-fsdp-unit"]    # same HTML anchor
     assert set(en.nameids) == {"fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}
+
+
+def test_the_chinese_caption_and_alt_blocks_replace_the_english_ones() -> None:
+    """TwinCaptions on a doctree shaped as myst-nb leaves it: cell, then the zh blocks."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    def page(docname: str) -> nodes.document:
+        settings = get_default_settings(Parser)
+        settings.env = SimpleNamespace(docname=docname)
+        doc = new_document(docname, settings)
+        cell = nodes.container(nb_element="cell_code")
+        cell += nodes.figure("", nodes.image(uri="a.png", alt="English alt"), nodes.caption("", "English caption"))
+        doc += cell
+        for kind, text in ((editions.ZH_CAPTION_CLASS, "中文图注"), (editions.ZH_ALT_CLASS, "中文替代文字")):
+            doc += nodes.container("", nodes.paragraph("", text), classes=[kind])
+        editions.TwinCaptions(doc).apply()
+        return doc
+    zh = page("book/zh/04_dp_fsdp")
+    assert zh.next_node(nodes.caption).astext() == "中文图注" and zh.next_node(nodes.image)["alt"] == "中文替代文字"
+    assert not [c for c in zh.findall(nodes.container) if c.get("classes")], "the zh blocks are dropped"
+    en = page("book/04_dp_fsdp")          # an English page is left alone
+    assert en.next_node(nodes.caption).astext() == "English caption"
