@@ -39,6 +39,7 @@ CALC = re.compile(r'data-calc="([^"]+)"')
 REF = re.compile(r"\{(?:ref|numref)\}`(?:[^`<]*<)?([^`>]+)>?`")
 DOC = re.compile(r"\{doc\}`(?:[^`<]*<)?([^`>]+)>?`")
 MD_LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
 
 def _english(page: Path) -> Path:
@@ -96,6 +97,36 @@ def test_twin_runs_the_same_code_cells(page: Path) -> None:
         assert a == b, f"book/zh/{page.name}: code cell {k} differs from the English page's; copy it unchanged"
 
 
+ZH_CAPTION = re.compile(r"\s*```\{container\} " + editions.ZH_CAPTION_CLASS + r"\n(.+?)\n```$", re.M)
+ZH_ALT = re.compile(r"\s*```\{container\} " + editions.ZH_ALT_CLASS + r"\n(.+?)\n```$", re.M)
+
+
+@pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
+def test_each_captioned_figure_has_its_chinese_caption_right_after_the_cell(page: Path) -> None:
+    """The cell keeps the English caption (byte for byte, see above); the Chinese one is a
+    ``{container} zh-caption`` block of one paragraph right after it, which course_editions moves
+    into the figure, and where the English cell writes its own alt text a ``zh-alt`` block follows.
+    No block stands anywhere else (the build would warn), none is empty."""
+    text, problems = _text(page), []
+    cells = list(CODE_CELL.finditer(text))
+    blocks = text.count("{container} " + editions.ZH_CAPTION_CLASS) + text.count("{container} " + editions.ZH_ALT_CLASS)
+    captioned = [m for m in cells if re.search(r"^mystnb:\n(?:  .*\n)*?  figure:\n(?:    .*\n)*?    caption:", m.group(0), re.M)]
+    expected = 0
+    for k, m in enumerate(captioned, 1):
+        after = ZH_CAPTION.match(text, m.end() + 1)
+        if after is None or not CJK_RUN.search(after.group(1)) or "\n\n" in after.group(1):
+            problems.append(f"captioned figure {k}: no one-paragraph Chinese zh-caption block right after its cell")
+            continue
+        expected += 1
+        if re.search(r"^  image:\n(?:    .*\n)*?    alt:", m.group(0), re.M):
+            alt = ZH_ALT.match(text, after.end() + 1)
+            expected += 1
+            if alt is None or not CJK_RUN.search(alt.group(1)) or "\n\n" in alt.group(1):
+                problems.append(f"captioned figure {k}: its cell writes an alt text, no Chinese zh-alt block after the caption")
+    assert not problems and blocks == expected, (
+        f"book/zh/{page.name}: {problems or f'{blocks} zh-caption/zh-alt blocks, {expected} expected'}")
+
+
 @pytest.mark.parametrize("page", TWINS, ids=lambda p: p.name)
 def test_twin_pastes_the_same_glued_numbers_and_calculators(page: Path) -> None:
     zh, en = _text(page), _text(_english(page))
@@ -126,9 +157,6 @@ def test_twin_links_stay_in_its_edition(page: Path) -> None:
 
 
 # --- terms --------------------------------------------------------------------------------------
-
-CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
-
 
 def _glossary() -> dict[str, str]:
     """English glossary term -> its entry's text."""
@@ -214,3 +242,55 @@ def test_the_students_handout_rewrites_the_chinese_home_page_too() -> None:
     assert "[练习](../../exercises/01_flops.ipynb)" in text and "`make check`" in text
     assert "答案" not in text and "solutions/" not in text
     assert set(fonts.CJK.findall(text)) <= fonts.font_chars(fonts.SUBSET)
+
+
+def test_a_figure_named_by_the_english_cell_gets_the_zh_prefix_on_the_twin() -> None:
+    """The twin runs the English cell, name included: its figure label must not collide."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    def page(docname: str) -> nodes.document:
+        settings = get_default_settings(Parser)
+        settings.env = SimpleNamespace(docname=docname)
+        doc = new_document(docname, settings)
+        for name in ("fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"):
+            figure = nodes.figure(ids=[name], names=[name])
+            doc += figure
+            doc.note_explicit_target(figure, figure)
+        editions.TwinFigureLabels(doc).apply()
+        return doc
+    zh, en = page("book/zh/04_dp_fsdp"), page("book/04_dp_fsdp")
+    assert set(zh.nameids) == {"zh-fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}
+    assert zh.ids["fig-04-fsdp-unit"]["names"] == ["zh-fig-04-fsdp-unit"]    # same HTML anchor
+    assert set(en.nameids) == {"fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}
+
+
+def test_the_chinese_caption_and_alt_blocks_replace_the_english_ones() -> None:
+    """TwinCaptions on a doctree shaped as myst-nb leaves it: cell, then the zh blocks."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    def page(docname: str) -> nodes.document:
+        settings = get_default_settings(Parser)
+        settings.env = SimpleNamespace(docname=docname)
+        doc = new_document(docname, settings)
+        cell = nodes.container(nb_element="cell_code")
+        cell += nodes.figure("", nodes.image(uri="a.png", alt="English alt"), nodes.caption("", "English caption"))
+        doc += cell
+        for kind, text in ((editions.ZH_CAPTION_CLASS, "中文图注"), (editions.ZH_ALT_CLASS, "中文替代文字")):
+            doc += nodes.container("", nodes.paragraph("", text), classes=[kind])
+        editions.TwinCaptions(doc).apply()
+        return doc
+    zh = page("book/zh/04_dp_fsdp")
+    assert zh.next_node(nodes.caption).astext() == "中文图注" and zh.next_node(nodes.image)["alt"] == "中文替代文字"
+    assert not [c for c in zh.findall(nodes.container) if c.get("classes")], "the zh blocks are dropped"
+    en = page("book/04_dp_fsdp")          # an English page is left alone
+    assert en.next_node(nodes.caption).astext() == "English caption"

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 
 # Fences whose content is prose (admonitions and friends); every other fence is code or math.
-PROSE_FENCES = re.compile(r"\{(admonition|note|warning|tip|important|seealso|caution|attention|hint|figure)\}")
+PROSE_FENCES = re.compile(r"\{(admonition|note|warning|tip|important|seealso|caution|attention|hint|figure|container)\}")
 ROLE = re.compile(r"\{(glue:text|glue:md|glue|cite|cite:p|cite:t|ref|doc|numref|eq|download|term)\}`[^`]*`")
 STRIP = [
     re.compile(r"<!--.*?-->", re.S),              # HTML comments
@@ -158,13 +158,37 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"1 \+ 1 \+ … \+ 1", "chapter 7's title"),
     ],
     "zh/01_flops.md": [
-        (r"3640 PF-days|\"3\.8 × 10²⁵\"", PUBLISHED),
+        (r"3640 PF-days|“3\.8 × 10²⁵”", PUBLISHED),
         (r"96 层，\s+=\s+12288", "GPT-3's published configuration, the input of gpt_params"),
         (r"超过 90 %|而不是 4 %", NOTES),
         (r"差 2 倍", "full over causal attention is 2× by definition (derived in this section); the sparse "
                     "peak is twice the dense one (hardware.py)"),
         (r"前向的 2\.5 倍，而不是 2 倍", "lab 1's checked cell prints the ratio 2.50"),
         (r"按 756 TFLOP/s", "H100 PCIe datasheet figure (course_lib.hardware, with its source)"),
+    ],
+    "zh/02_scaling.md": [
+        (r"训成 70B、1\.4T|280B 的 Gopher|Chinchilla 的 70B|≈40B", PUBLISHED),
+        (r"67B、1\.5T|1T、21\.2T", "Hoffmann et al.'s Table 3, quoted"),
+        (r"\b8B\b|15T token", "Llama 3 8B's published size and token count"),
+        (r"式 \(4\)", "an equation of the cited paper (Hoffmann et al.'s eq. 4)"),
+        (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
+        (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
+    ],
+    "zh/04_dp_fsdp.md": [
+        (r"两个 512 KiB 桶", "DataParallel's default bucket size (course_lib.parallel)"),
+        (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
+        (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
+    ],
+    "zh/05_pipeline.md": [
+        (r"宽度 256", "the pipeline model's configuration (pipeline.run)"),
+        (r"慢 20%，整条流水线就慢 20%", "a hypothetical stage, for the argument"),
+        (r"128k–256k|32k 上下文、4k 窗口", "context lengths of the example architectures"),
+        (r"相差不超过 1\.3 倍", "the threshold lab 5's checked cell asserts"),
+    ],
+    "zh/07_fp16.md": [
+        (r"多加 25 %", "0.125 for 0.1, derived in the same sentence"),
+        (r"\b65504\b", "FP16's largest finite value, a property of the format"),
+        (r"大约 40 %", PUBLISHED),
     ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
@@ -181,14 +205,14 @@ def prose(path: Path) -> list[tuple[int, str]]:
         start = next(i for i in range(1, len(lines)) if lines[i].strip() == "---") + 1
     for n, line in enumerate(lines[start:], start + 1):
         opener = re.match(r"\s*(`{3,}|~{3,})(.*)", line)
+        if fence is None and prose_fence and line.strip() == prose_fence[-1]:
+            prose_fence.pop()       # before the opener test: a closing ``` also looks like an opener
+            continue
         if fence is None and opener:
             fence = opener.group(1)
             if PROSE_FENCES.match(opener.group(2).strip()):   # prose inside: keep reading it
                 prose_fence.append(fence)
                 fence = None
-            continue
-        if fence is None and prose_fence and line.strip() == prose_fence[-1]:
-            prose_fence.pop()
             continue
         if fence is not None:
             if line.strip() == fence:
@@ -305,6 +329,7 @@ def test_every_allowlist_entry_still_matches_something() -> None:
     ("On 1024 H100 GPUs in FP16 (GPT-3, 2020 {cite}`brown2020gpt3`).\n", ["'1024'"]),
     ("```{code-cell} ipython3\nx = 41\n```\nAfter `x = 41`, see §3.2 and Table 2.\n", []),
     ("```{admonition} Note\nIt is 8–15 % of the work.\n```\n", ["'8'", "'15'"]),
+    ("```{admonition} Note\nFine.\n```\nIt takes 41 days.\n", ["'41'"]),      # prose after a box is read too
     ("The bill is \\$25 per token.\n", ["'25'"]),
     ("在1024块H100上训练41天，见第 3 章。\n", ["'1024'", "'41'"]),      # Chinese: no spaces around numbers
 ])

@@ -11,6 +11,11 @@ name, ``book/zh/01_flops.md`` beside ``book/01_flops.md``. The twin
   notebook by its code cells, so the build even executes the code once and both pages paste the
   same outputs. No number of either edition is computed twice or typed.
 
+A figure's caption is part of its cell, so a twin's figure would keep the English caption; the
+twin writes the Chinese one right after the cell as a ``{container} zh-caption`` block, and
+``TwinCaptions`` moves it into the figure (glued numbers and all). A figure that the English cell
+names gets the ``zh-`` prefix on its label too (``TwinFigureLabels``).
+
 On every HTML page this extension puts a language switch at the top of the article: an English
 page links its Chinese twin, a Chinese page its English original, and a page with no twin yet (the
 labs, the solutions, the chapters not translated) links the Chinese landing page and says that it
@@ -24,9 +29,13 @@ import html
 import json
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.util import logging
+from sphinx.transforms import SphinxTransform
 
-__version__ = "1.0"
+__version__ = "1.1"
+logger = logging.getLogger(__name__)
 EN_DIR = "book/"
 ZH_DIR = "book/zh/"
 ZH_HOME = "book/zh/index"
@@ -89,6 +98,82 @@ def switch_html(docname: str, docs: set[str] | frozenset[str], uri: Any,
     return ""
 
 
+ZH_CAPTION_CLASS = "zh-caption"
+ZH_ALT_CLASS = "zh-alt"
+
+
+class TwinCaptions(SphinxTransform):
+    """The Chinese caption (and alt text) of a twin's figure. The twin runs the English cell byte
+    for byte, its caption metadata included (jupyter-cache hashes cell metadata too, so a changed
+    caption would execute the page a second time), so the Chinese caption is written in the page,
+    right after the cell, as a ``{container} zh-caption`` block; its glue roles resolve like any
+    prose of the page. This transform moves that text into the figure's caption, in place of the
+    English one, and drops the block. A cell whose English metadata writes the alt text itself
+    (``image: alt:``) gets a ``{container} zh-alt`` block after its caption block, whose plain
+    text becomes the images' alt. It runs before course_figures (500), which makes the alt text
+    of the other figures from the caption it finds. A block with no captioned figure right before
+    it is a build warning."""
+    default_priority = 490
+
+    def apply(self, **kwargs: Any) -> None:
+        if not is_zh(self.env.docname):
+            return
+        for block in list(self.document.findall(nodes.container)):
+            kind = next((c for c in (ZH_CAPTION_CLASS, ZH_ALT_CLASS) if c in block.get("classes", [])), None)
+            if kind is None:
+                continue
+            figure = self._figure_before(block)
+            caption = figure.next_node(nodes.caption) if figure is not None else None
+            paragraphs = [p for p in block.children if isinstance(p, nodes.paragraph)]
+            if caption is None or len(paragraphs) != 1:
+                logger.warning(f"a {kind} block must hold one paragraph and follow a code cell whose "
+                               "figure has a caption", location=block, type="course", subtype="caption")
+                continue
+            if kind == ZH_CAPTION_CLASS:
+                caption.children = []
+                caption.extend(paragraphs[0].children)
+            else:
+                alt = " ".join(paragraphs[0].astext().split())
+                for image in figure.findall(nodes.image):
+                    image["alt"] = alt
+            block.parent.remove(block)
+
+    @staticmethod
+    def _figure_before(block: nodes.Element) -> nodes.figure | None:
+        parent = block.parent
+        k = parent.index(block) - 1
+        while k >= 0 and isinstance(parent[k], (nodes.target, nodes.comment)):
+            k -= 1
+        if k < 0 or parent[k].get("nb_element") != "cell_code":
+            return None
+        # myst-nb wraps every display output of a captioned cell in a figure (a table printed
+        # beside the plot too, which course_figures unwraps again): the plot's figure holds an image
+        return next((f for f in parent[k].findall(nodes.figure) if next(iter(f.findall(nodes.image)), None)), None)
+
+
+class TwinFigureLabels(SphinxTransform):
+    """A twin runs its English page's cells byte for byte, so a figure the English cell names
+    (``mystnb: figure: name: fig-04-fsdp-unit``) would be named twice in the one Sphinx project
+    (a duplicate-label warning). On a Chinese page such a label becomes ``zh-fig-...``, like the
+    section labels; the figure's HTML id stays the English one (the page is another file), so
+    both editions' figures keep the same anchor. Automatic labels (``fig-book-zh-...``, from
+    course_figures) are unique already and are left alone."""
+    default_priority = 520      # after course_figures (500) has labelled the unnamed figures
+
+    def apply(self, **kwargs: Any) -> None:
+        if not is_zh(self.env.docname):
+            return
+        doc = self.document
+        for name in [n for n in doc.nameids if n.startswith("fig-") and not n.startswith("fig-book-")]:
+            new = LABEL_PREFIX + name
+            node_id = doc.nameids.pop(name)
+            doc.nameids[new] = node_id
+            doc.nametypes[new] = doc.nametypes.pop(name)
+            node = doc.ids.get(node_id)
+            if node is not None:
+                node["names"] = [new if n == name else n for n in node["names"]]
+
+
 def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
     if doctree is None or "body" not in context:
         return
@@ -104,5 +189,8 @@ def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dic
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file("course_editions.js", loading_method="defer")
+    app.add_transform(TwinFigureLabels)
+    app.add_transform(TwinCaptions)
     app.connect("html-page-context", _on_page_context)
-    return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: a build that read its pages with another version of these transforms reads them again
+    return {"version": __version__, "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
