@@ -20,7 +20,7 @@ from .. import plots
 __all__ = ["Event", "Timeline", "COLORS", "draw"]
 
 COMPUTE = ("F", "B", "W")
-COLORS = {"F": plots.NEUTRAL, "B": plots.ACCENT, "W": "#CC79A7", "recv": "#c9ced6", "opt": "#66a182",
+COLORS = {"F": plots.NEUTRAL, "B": plots.ACCENT, "W": "#009E73", "recv": "#c9ced6", "opt": "#66a182",
           "send": "#8d96a3"}
 
 
@@ -100,8 +100,8 @@ def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "
          names: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None):
     """Draw ``timeline`` as a Gantt chart, rank 0 on top; returns the axes.
 
-    Forward passes are blue, backward passes amber (a split backward's weight-gradient half, W,
-    reddish purple), blocking receives (time spent waiting for a
+    Forward passes are reddish purple, backward passes amber (a split backward's weight-gradient half, W,
+    bluish green), blocking receives (time spent waiting for a
     neighbour) light grey, optimizer steps green. Boxes wide enough carry the microbatch number. ``scale`` multiplies times for display (e.g. 1e3
     with ``unit="ms"``). Chunks > 0 are drawn hatched so interleaving is visible. The legend
     sits to the right of the axes (``legend=False`` leaves it out, e.g. for stacked panels).
