@@ -8,6 +8,7 @@ from __future__ import annotations
 from course_lib import flops
 from course_lib.data.tokenize import token_dtype
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import series
 from course_lib.hardware import lookup
 from course_lib.plan import plan
 from course_lib.plan.audit import REQUIRED, audit
@@ -52,8 +53,8 @@ def _grade_plan(proposal) -> tuple[float, str]:
         return 0.0, "Submit the plan itself (a dict), not a function."
     findings = audit(proposal, **PROBLEM)
     score = sum(f.ok for f in findings) / len(findings)
-    why = "; ".join(f"{f.check}: {f.detail}" for f in findings if not f.ok)
-    return score, why
+    # the findings' details are the audit's own words (course_lib.plan.audit), shown as they are
+    return score, series(f"{f.check}: {f.detail}" for f in findings if not f.ok)
 
 
 QUESTIONS = [

@@ -2,7 +2,7 @@
 
     python -m course_lib.grading generate SRC DST [--check]
     python -m course_lib.grading handout DEST [--repo .]
-    python -m course_lib.grading check [NOTEBOOK|DIR ...] [--timeout-cell 120]
+    python -m course_lib.grading check [NOTEBOOK|DIR ...] [--timeout-cell 120] [--lang en|zh]
     python -m course_lib.grading grade CLASS --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
         [--timeout-notebook 300] [--chapter ID [--bank MODULE]] [--feedback graded|practice]
         [--seed N] [--solutions DIR] [--jobs N] [--lang en|zh]
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="students: run exercise notebooks in practice mode and print each question's state")
     c.add_argument("paths", type=Path, nargs="*", default=[Path("exercises")], help="notebooks or folders (default exercises)")
     c.add_argument("--timeout-cell", type=float, default=120.0, help="seconds per cell (default 120)")
+    c.add_argument("--lang", choices=LANGS, default=None,
+                   help="language of the checks' feedback: en or zh (default: COURSE_LANG, else en)")
     h = sub.add_parser("handout", help="the students' course: no solutions/, tests/ or instructor docs; "
                        "README, grading notes, Makefile and book TOC written for students")
     h.add_argument("dest", type=Path, help="new folder to write")
@@ -67,7 +69,15 @@ def main(argv: list[str] | None = None) -> int:
 
         if a.timeout_cell <= 0:
             p.error("--timeout-cell must be positive")
-        return selfcheck.main(a.paths, a.timeout_cell)
+        import os
+
+        from course_lib.grading.i18n import LANG_ENV, check_lang
+
+        try:
+            lang = check_lang(a.lang or os.environ.get(LANG_ENV) or "en")
+        except ValueError as e:
+            p.error(f"{LANG_ENV}: {e}")
+        return selfcheck.main(a.paths, a.timeout_cell, lang)
 
     if a.command == "handout":
         from course_lib.grading.handout import HandoutError, handout

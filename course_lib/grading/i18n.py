@@ -93,6 +93,25 @@ def join(first: Any, second: Any) -> Message:
     return Message("{first} {second}", first=lit(first), second=lit(second))
 
 
+class Series(Message):
+    """Messages in a row (``"a; b; c"``), each translated on its own and joined by the separator
+    that suits the language (``"; "`` is ``"；"`` in Chinese, a space between sentences nothing)."""
+
+    SEPARATORS = {"zh": {"; ": "；", "; and ": "；并且", ", ": "，", " ": ""}}
+
+    def __new__(cls, parts: Any, sep: str = "; ") -> Series:
+        parts = tuple(lit(p) if isinstance(p, str) else lit(str(p)) for p in parts)
+        self = str.__new__(cls, sep.join(parts))
+        self.template, self.values, self.cap = "", MappingProxyType({}), False
+        self.parts, self.sep = parts, sep
+        return self
+
+
+def series(parts: Any, sep: str = "; ") -> Series:
+    """``sep.join(parts)`` that stays translatable (see :class:`Series`)."""
+    return Series(parts, sep)
+
+
 def _read(path: Path) -> dict[str, str]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str)
@@ -130,6 +149,9 @@ def render(text: Any, lang: str = DEFAULT_LANG) -> str:
     if lang == "en" or not isinstance(text, str):
         return str(text)
     table = catalog(check_lang(lang))
+    if isinstance(text, Series):
+        sep = Series.SEPARATORS.get(lang, {}).get(text.sep, text.sep)
+        return sep.join(render(p, lang) for p in text.parts)
     if not isinstance(text, Message):
         return table.get(key(text), str(text))
     template = table.get(key(text.template), text.template)
