@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -85,7 +85,7 @@ def _text(m: str) -> str:
     return m.template if isinstance(m, Message) else m
 
 
-@lru_cache(maxsize=None)
+@cache
 def english(table: str) -> dict[str, str]:
     """Every English message of ``table`` ("framework" or a chapter id) -> where it comes from."""
     found: dict[str, str] = {}

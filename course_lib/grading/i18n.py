@@ -28,9 +28,10 @@ from __future__ import annotations
 import functools
 import json
 import string
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 LANGS = ("en", "zh")
 DEFAULT_LANG = "en"
@@ -97,7 +98,7 @@ class Series(Message):
     """Messages in a row (``"a; b; c"``), each translated on its own and joined by the separator
     that suits the language (``"; "`` is ``"；"`` in Chinese, a space between sentences nothing)."""
 
-    SEPARATORS = {"zh": {"; ": "；", "; and ": "；并且", ", ": "，", " ": ""}}
+    SEPARATORS = MappingProxyType({"zh": MappingProxyType({"; ": "；", "; and ": "；并且", ", ": "，", " ": ""})})
 
     def __new__(cls, parts: Any, sep: str = "; ") -> Series:
         parts = tuple(lit(p) if isinstance(p, str) else lit(str(p)) for p in parts)
@@ -133,7 +134,7 @@ def tables(lang: str) -> dict[str, Mapping[str, str]]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def catalog(lang: str) -> Mapping[str, str]:
     """Every table of ``lang`` merged into one read-only mapping (read once per process)."""
     merged: dict[str, str] = {}
