@@ -14,6 +14,10 @@ recognised mistake, a power of ten, a factor of 2, the sign, close but outside t
 graded run cannot be used to read the reference off its ratio. A function question's ``grader`` may
 take a second argument, a ``numpy.random.Generator``: seeded per graded run (fixed in practice), it
 draws inputs the notebook never saw.
+
+Language: every message is made in English as an :mod:`course_lib.grading.i18n` template (or is a
+bank's fixed text) and rendered last, in ``grade(lang=...)``'s language; :meth:`Question.assess`
+gives the score and the untranslated message, so the score can never depend on the language.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_lib import _validate
-from course_lib.grading.i18n import DEFAULT_LANG, check_lang, join, msg, render, sentence
+from course_lib.grading.i18n import DEFAULT_LANG, Message, check_lang, join, msg, render, sentence
 from course_lib.grading.values import as_number, compare, describe, fmt_points, to_plain
 
 _QID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -243,7 +247,7 @@ class Question:
         if f is None or math.isnan(f):
             return 0.0, msg("Grader error: it returned {got}, not (fraction, message)", got=describe(out))
         f = min(1.0, max(0.0, f))
-        text = message if isinstance(message, str) else str(message)
+        text = message if isinstance(message, Message) else str(message)   # any other str subclass: plain
         if f < 1.0:
             for m in self.mistakes:
                 if m.matches(answer, None):
