@@ -31,6 +31,9 @@ GRADING = ROOT / "course_lib" / "grading"
 CHECKS = ROOT / "course_lib" / "checks"
 CHAPTERS = available_chapters()
 _MARKERS = ("msg", "Message", "lit", "_say")      # calls whose first argument is a message template
+# messages a bank shows that another module writes: (file, the call, which argument): chapter 13
+# shows the plan audit's findings; their fixed details are translated, those with numbers are not
+OTHER_SOURCES = {"ch13_plan": (ROOT / "course_lib" / "plan" / "audit.py", "Finding", 2)}
 _WORDS = re.compile(r"[A-Za-z]{2,}[\s,;:]+[A-Za-z]{2,}")
 
 
@@ -110,6 +113,12 @@ def english(table: str) -> dict[str, str]:
     tree = _bank_tree(table)
     for t in [*_calls(tree), *_returned(tree)]:
         add(t, f"{table}.py grader")
+    if table in OTHER_SOURCES:
+        path, call, arg = OTHER_SOURCES[table]
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == call and len(n.args) > arg \
+                    and isinstance(n.args[arg], ast.Constant) and isinstance(n.args[arg].value, str):
+                add(n.args[arg].value, path.name)
     return found
 
 
