@@ -276,7 +276,7 @@ def test_checker_language_from_argument_environment_or_attribute(monkeypatch, ca
         Checker("ch01_flops")
 
 
-def test_runner_and_command_line_take_the_language():
+def test_runner_and_command_line_take_the_language(monkeypatch):
     with pytest.raises(ValueError, match="lang"):
         Options(lang="jp")
     q = next(q for q in load_bank("ch01_flops") if q.qid == "days_34b_8t")
@@ -285,7 +285,12 @@ def test_runner_and_command_line_take_the_language():
     cn = _score(q, ref * 24, None, Options(lang="zh"))
     assert en.score == cn.score == 0 and "hours" in en.message and "小时" in cn.message
     assert _score(q, ref, None, Options(lang="zh")).message == "正确"
+    for argv in (["grade", str(ROOT), "--lang", "fr"], ["check", "--lang", "fr"]):
+        with pytest.raises(SystemExit) as e:
+            cli(argv)
+        assert e.value.code == 2, argv
+    monkeypatch.setenv(i18n.LANG_ENV, "fr")       # the self-check's default comes from COURSE_LANG
     with pytest.raises(SystemExit) as e:
-        cli(["grade", str(ROOT), "--lang", "fr"])
+        cli(["check", str(ROOT / "nothing-here.ipynb")])
     assert e.value.code == 2
 
