@@ -294,3 +294,15 @@ def test_runner_and_command_line_take_the_language(monkeypatch):
         cli(["check", str(ROOT / "nothing-here.ipynb")])
     assert e.value.code == 2
 
+
+
+def test_the_banks_translations_are_hidden_from_a_graded_sandbox_with_the_banks():
+    """They name the recognised wrong answers (and sometimes the right one): the sandbox's tmpfs
+    over course_lib/checks must cover them, while the framework's table stays readable there."""
+    from course_lib.grading import sandbox
+
+    args = sandbox._python_binds()
+    hidden = [Path(args[i + 1]) for i, a in enumerate(args[:-1]) if a == "--tmpfs"]
+    assert any(h in i18n.BANK_TABLES.resolve().parents for h in hidden), hidden
+    assert not any(h == i18n.FRAMEWORK_TABLE.resolve() or h in i18n.FRAMEWORK_TABLE.resolve().parents
+                   for h in hidden if h != Path("/tmp"))
