@@ -7,6 +7,7 @@ import numpy as np
 
 from course_lib import scaling
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg
 
 BUDGET = 1e24
 LLAMA3_8B = (8.03e9, 15e12)
@@ -53,7 +54,7 @@ def _grade_power_law_fn(fn, draw: np.random.Generator) -> tuple[float, str]:
         try:
             c, e = (float(v) for v in got)
         except (TypeError, ValueError):
-            return 0.0, f"return a pair (coef, exponent); got {type(got).__name__}"
+            return 0.0, msg("return a pair (coef, exponent); got {type}", type=type(got).__name__)
         if math.isclose(e, ref[1], rel_tol=1e-3) and math.isclose(c, ref[0], rel_tol=1e-2):
             passed += 1
         elif math.isclose(c, ref[1], rel_tol=1e-3) and math.isclose(e, ref[0], rel_tol=1e-2):
@@ -61,8 +62,8 @@ def _grade_power_law_fn(fn, draw: np.random.Generator) -> tuple[float, str]:
         elif math.isclose(e, ref[1], rel_tol=1e-3) and math.isclose(c, math.log(ref[0]), rel_tol=1e-2):
             notes.append("your coef is log(coef): exponentiate the intercept of the log-log line")
         else:
-            notes.append(f"your exponent {e:.4g} is not the least-squares one: fit a straight line to "
-                         "(log x, log y), not a curve to (x, y)")  # a drawn case: no reference shown
+            notes.append(msg("your exponent {e:.4g} is not the least-squares one: fit a straight line to "
+                             "(log x, log y), not a curve to (x, y)", e=e))  # a drawn case: no reference shown
     return passed / len(cases), (notes[0] if notes else "")
 
 

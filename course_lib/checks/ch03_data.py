@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from course_lib.data import crawl, dedup, quality, shards
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import join, lit, msg, series
 
 JACCARD_A = "The cat sat on the mat."
 JACCARD_B = "the cat sat on a mat"
@@ -15,24 +16,24 @@ def _grade_lsh_choice(answer) -> tuple[float, str]:
     try:
         b, r = (int(v) for v in answer)
     except (TypeError, ValueError):
-        return 0.0, f"Give a pair (bands, rows) of integers, got {answer!r}."
+        return 0.0, msg("Give a pair (bands, rows) of integers, got {answer}.", answer=repr(answer))
     if b < 1 or r < 1:
         return 0.0, "bands and rows must both be at least 1."
     if b * r > LSH_NUM_PERM:
-        return 0.0, (f"bands × rows = {b * r} > {LSH_NUM_PERM}: the signature has only "
-                     f"{LSH_NUM_PERM} minhashes to cut into bands.")
+        return 0.0, msg("bands × rows = {product} > {perm}: the signature has only {perm} minhashes to "
+                        "cut into bands.", product=b * r, perm=LSH_NUM_PERM)
     hi, lo = dedup.s_curve(LSH_HIGH[0], b, r), dedup.s_curve(LSH_LOW[0], b, r)
     ok_hi, ok_lo = hi >= LSH_HIGH[1], lo <= LSH_LOW[1]
-    msg = f"P(candidate | J=0.85) = {hi:.3f}, P(candidate | J=0.5) = {lo:.3f}."
+    probs = msg("P(candidate | J=0.85) = {hi:.3f}, P(candidate | J=0.5) = {lo:.3f}.", hi=hi, lo=lo)
     if ok_hi and ok_lo:
-        return 1.0, msg
+        return 1.0, probs
     if not ok_hi and not ok_lo:
-        return 0.0, msg + " Both constraints fail."
+        return 0.0, join(probs, "Both constraints fail.")
     if not ok_hi:
-        return 0.5, msg + (" Too strict: too few near-duplicates are caught. More bands (or fewer "
-                           "rows per band) raise the curve.")
-    return 0.5, msg + (" Too lenient: too many dissimilar pairs become candidates. More rows per "
-                       "band make the curve steeper and push it right.")
+        return 0.5, join(probs, "Too strict: too few near-duplicates are caught. More bands (or fewer "
+                                "rows per band) raise the curve.")
+    return 0.5, join(probs, "Too lenient: too many dissimilar pairs become candidates. More rows per "
+                            "band make the curve steeper and push it right.")
 
 
 # ---------------------------------------------------------------------------- why dedup helps
@@ -46,10 +47,10 @@ DEDUP_STATEMENTS = {
 }
 DEDUP_TRUE = {"A", "B", "D", "E"}
 _WHY_FALSE = {
-    "C": "C is false: a step costs 6N FLOPs per token whatever the tokens are; dedup saves steps "
-         "(or buys more distinct tokens per step), not time per step.",
-    "F": "F is false: MinHash-LSH compares whole documents probabilistically; shared sentences "
-         "(boilerplate, quotes) survive unless you also dedup at the line or substring level.",
+    "C": msg("C is false: a step costs 6N FLOPs per token whatever the tokens are; dedup saves steps "
+             "(or buys more distinct tokens per step), not time per step."),
+    "F": msg("F is false: MinHash-LSH compares whole documents probabilistically; shared sentences "
+             "(boilerplate, quotes) survive unless you also dedup at the line or substring level."),
 }
 
 
@@ -60,27 +61,28 @@ def _grade_dedup_why(answer) -> tuple[float, str]:
         try:
             chosen = {str(c).strip().upper() for c in answer}
         except TypeError:
-            return 0.0, f"Give the letters of the true statements, e.g. {{'A', 'B'}}; got {answer!r}."
+            return 0.0, msg("Give the letters of the true statements, e.g. {example}; got {answer}.",
+                            example="{'A', 'B'}", answer=repr(answer))
     unknown = chosen - set(DEDUP_STATEMENTS)
     if unknown:
-        return 0.0, f"Unknown statement letters: {sorted(unknown)}."
+        return 0.0, msg("Unknown statement letters: {letters}.", letters=sorted(unknown))
     right = len(chosen & DEDUP_TRUE) - len(chosen - DEDUP_TRUE)
     notes = [_WHY_FALSE[c] for c in sorted(chosen - DEDUP_TRUE)]
     missed = sorted(DEDUP_TRUE - chosen)
     if missed:
-        notes.append(f"You left out true statement(s) {', '.join(missed)}.")
-    return max(0.0, right / len(DEDUP_TRUE)), " ".join(notes)
+        notes.append(msg("You left out true statement(s) {letters}.", letters=", ".join(missed)))
+    return max(0.0, right / len(DEDUP_TRUE)), series(notes, " ")
 
 
 # ---------------------------------------------------------------------------- a quality rule
 EDGE_CASES = [  # (text, keep?, what a wrong answer on it usually means)
-    ("THE results AND the conclusions follow " * 10, True, "compare case-insensitively"),
+    ("THE results AND the conclusions follow " * 10, True, msg("compare case-insensitively")),
     ("Of course, this works; with care..." + " more words here" * 12, True,
-     "strip punctuation around words ('Of,' is 'of')"),
-    ("the the the the spam spam spam " * 10, False, "count distinct stop words, not occurrences"),
+     msg("strip punctuation around words ('Of,' is 'of')")),
+    ("the the the the spam spam spam " * 10, False, msg("count distinct stop words, not occurrences")),
     ("theory android tothe bethe andes " * 12, False,
-     "match whole words: 'theory' does not contain the word 'the'"),
-    ("", False, "an empty document has no stop words"),
+     msg("match whole words: 'theory' does not contain the word 'the'")),
+    ("", False, msg("an empty document has no stop words")),
 ]
 
 
@@ -95,19 +97,19 @@ def labelled_examples() -> list[tuple[str, bool, str]]:
             if page.kind == "original" and len(text.split()) < 50:
                 continue
             picks[page.kind] -= 1
-            out.append((text, page.kind == "original", f"a crawl page of kind {page.kind!r}"))
+            out.append((text, page.kind == "original", msg("a crawl page of kind {kind}", kind=repr(page.kind))))
     return out
 
 
 def _grade_stop_word_rule(fn) -> tuple[float, str]:
     if not callable(fn):
-        return 0.0, f"Give a function text -> bool, got {type(fn).__name__}."
+        return 0.0, msg("Give a function text -> bool, got {type}.", type=type(fn).__name__)
     examples = labelled_examples()
     wrong = [why for text, keep, why in examples if bool(fn(text)) != keep]
     if not wrong:
-        return 1.0, f"all {len(examples)} labelled examples classified correctly."
+        return 1.0, msg("all {n} labelled examples classified correctly.", n=len(examples))
     frac = 1 - len(wrong) / len(examples)
-    return frac, f"{len(wrong)} of {len(examples)} examples wrong; e.g. {wrong[0]}."
+    return frac, msg("{wrong} of {n} examples wrong; e.g. {why}.", wrong=len(wrong), n=len(examples), why=lit(wrong[0]))
 
 
 QUESTIONS = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from course_lib import comm, hardware, memory
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg
 from course_lib.grading.remote import NotAFunction, function_source, launch_with
 
 GB = 1e9
@@ -64,7 +65,7 @@ def _grade_sync(fn) -> tuple[float, str]:
     try:
         source = function_source(fn, "check(\"sync_grads\", sync_gradients)")
     except NotAFunction as e:
-        return 0.0, str(e)
+        return 0.0, e.message
     from course_lib.dist import RankError
     from course_lib.parallel.dp_demos import grad_sync_check_worker
     try:
@@ -73,9 +74,9 @@ def _grade_sync(fn) -> tuple[float, str]:
         tb = e.remote_traceback.strip().splitlines()
         last = tb[-1] if tb else "an error"
         if "NameError" in last:
-            return 0.0, (f"On the ranks: {last}. The function runs in fresh processes: import torch "
-                         f"and torch.distributed inside its body.")
-        return 0.0, f"Your function raised on rank {e.rank}: {last}"
+            return 0.0, msg("On the ranks: {error}. The function runs in fresh processes: import torch "
+                            "and torch.distributed inside its body.", error=last)
+        return 0.0, msg("Your function raised on rank {rank}: {error}", rank=e.rank, error=last)
     except TimeoutError:
         return 0.0, ("The ranks hung: one rank waited in a collective the other never called (every "
                      "rank must call reduce-scatter and all-gather, in the same order).")
@@ -94,8 +95,8 @@ def _grade_sync(fn) -> tuple[float, str]:
     if all(r["unchanged"] for r in res):
         return 0.0, ("The gradients did not change: write the averaged values back into each tensor "
                      "(g.copy_(...)), rebinding a local name does nothing.")
-    return 0.0, (f"Largest relative error against the whole-batch gradient: {max(errs):.3g}. Did every "
-                 f"rank get every shard back (all-gather after the reduce-scatter)?")
+    return 0.0, msg("Largest relative error against the whole-batch gradient: {err:.3g}. Did every "
+                    "rank get every shard back (all-gather after the reduce-scatter)?", err=max(errs))
 
 
 def _ran(fn, worker, hint: str, **kwargs):
@@ -103,7 +104,7 @@ def _ran(fn, worker, hint: str, **kwargs):
     try:
         source = function_source(fn, hint)
     except NotAFunction as e:
-        return None, (0.0, str(e))
+        return None, (0.0, e.message)
     from course_lib.dist import RankError
     try:
         return launch_with(fn, worker, 2, timeout=90, source=source, fn_name=fn.__name__, **kwargs), None
@@ -111,9 +112,9 @@ def _ran(fn, worker, hint: str, **kwargs):
         tb = e.remote_traceback.strip().splitlines()
         last = tb[-1] if tb else "an error"
         if "NameError" in last:
-            return None, (0.0, f"On the ranks: {last}. The function runs in fresh processes: import torch "
-                               f"and torch.distributed inside its body.")
-        return None, (0.0, f"Your function raised on rank {e.rank}: {last}")
+            return None, (0.0, msg("On the ranks: {error}. The function runs in fresh processes: import torch "
+                                   "and torch.distributed inside its body.", error=last))
+        return None, (0.0, msg("Your function raised on rank {rank}: {error}", rank=e.rank, error=last))
     except TimeoutError:
         return None, (0.0, "The ranks hung: one rank waited in a collective the other never called "
                            "(every rank must call the all-reduce, even with nothing to add).")
@@ -148,7 +149,7 @@ def _grade_clip(fn, rng) -> tuple[float, str]:
                 return 0.0, "That is the squared norm: take the square root of the all-reduced sum."
             if k == 0 and all(abs(g - max_norm) <= 1e-4 * max_norm for g in got):
                 return 0.0, "That is the norm after clipping; return the norm before it, as torch does."
-            return 0.0, f"Your norm is {got[0] / norm:.3g}× the global norm of the gradient."
+            return 0.0, msg("Your norm is {ratio:.3g}× the global norm of the gradient.", ratio=got[0] / norm)
         coef = min(1.0, max_norm / (norm + 1e-6))
         for r, rank in enumerate(res):
             want = torch.cat(rank_pieces(flat, r, 2)) * coef
@@ -162,8 +163,8 @@ def _grade_clip(fn, rng) -> tuple[float, str]:
             if k == 1 and torch.allclose(values, mine * max_norm / norm, rtol=1e-4, atol=1e-9):
                 return 0.5, ("With max_norm above the norm you scaled the gradients *up*: the factor "
                              "is min(1, max_norm / (norm + 1e-6)).")
-            return 0.5, (f"The norm is right; rank {r}'s gradients are off (largest error "
-                         f"{float((values - want).abs().max()):.3g}): scale by max_norm / (norm + 1e-6).")
+            return 0.5, msg("The norm is right; rank {rank}'s gradients are off (largest error {err:.3g}): "
+                            "scale by max_norm / (norm + 1e-6).", rank=r, err=float((values - want).abs().max()))
     return 1.0, "Matches torch.nn.utils.clip_grad_norm_ on the whole gradient, on both ranks."
 
 

@@ -3,6 +3,7 @@ the schedule generators and the partitioner; the two function questions are grad
 exact schedule simulator and by recomputing the optimal partition."""
 from course_lib import pipeline
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import join, msg, series
 from course_lib.pipeline import partition
 from course_lib.pipeline.schedules import parse_ops, schedule
 
@@ -26,7 +27,7 @@ def _grade_order(answer) -> tuple[float, str]:
     try:
         ops = parse_ops(answer)
     except ValueError as e:
-        return 0.0, f"{e}."
+        return 0.0, msg("{error}.", error=str(e))
     orders = schedule("1f1b", ORDER_P, ORDER_M)
     orders[ORDER_STAGE] = ops
     try:
@@ -34,10 +35,10 @@ def _grade_order(answer) -> tuple[float, str]:
     except pipeline.ScheduleError as e:
         text = str(e)
         if text.startswith("deadlock"):
-            return 0.0, (f"With the other stages running 1F1B your order can never finish ({text}). "
-                         f"A stage cannot run ahead with all forwards while its neighbours already "
-                         f"wait for backwards (GPipe and 1F1B do not mix).")
-        return 0.0, f"Not a complete order: {text.removeprefix(f'rank {ORDER_STAGE}: ')}."
+            return 0.0, msg("With the other stages running 1F1B your order can never finish ({error}). "
+                            "A stage cannot run ahead with all forwards while its neighbours already "
+                            "wait for backwards (GPipe and 1F1B do not mix).", error=text)
+        return 0.0, msg("Not a complete order: {error}.", error=text.removeprefix(f"rank {ORDER_STAGE}: "))
     ref = pipeline.simulate("1f1b", ORDER_P, ORDER_M, t_forward=1.0, t_backward=2.0).makespan()
     limit = ORDER_P - ORDER_STAGE
     peak = int(tl.peak_in_flight[ORDER_STAGE])
@@ -45,19 +46,23 @@ def _grade_order(answer) -> tuple[float, str]:
     if peak <= limit:
         score += 0.4
     else:
-        notes.append(f"it keeps the activations of {peak} microbatches alive at once; 1F1B's point is "
-                     f"memory: at most p − s = {limit} on this stage (start backwards after "
-                     f"p − s − 1 = {limit - 1} warm-up forwards)")
+        notes.append(msg("it keeps the activations of {peak} microbatches alive at once; 1F1B's point is "
+                         "memory: at most p − s = {limit} on this stage (start backwards after "
+                         "p − s − 1 = {warmup} warm-up forwards)", peak=peak, limit=limit, warmup=limit - 1))
     if tl.makespan() <= ref + 1e-9:
         score += 0.4
     else:
-        why = (f"; with at most {peak} microbatches in flight it asks for backwards before they can "
-               f"arrive — use p − s − 1 = {limit - 1} warm-up forwards" if peak < limit else "")
-        notes.append(f"the step takes {tl.makespan():.4g} time units instead of {ref:.4g} "
-                     f"(t_f = 1, t_b = 2): your order stalls its neighbours{why}")
+        if peak < limit:
+            notes.append(msg("the step takes {t:.4g} time units instead of {ref:.4g} (t_f = 1, t_b = 2): your "
+                             "order stalls its neighbours; with at most {peak} microbatches in flight it "
+                             "asks for backwards before they can arrive — use p − s − 1 = {warmup} warm-up "
+                             "forwards", t=tl.makespan(), ref=ref, peak=peak, warmup=limit - 1))
+        else:
+            notes.append(msg("the step takes {t:.4g} time units instead of {ref:.4g} (t_f = 1, t_b = 2): your "
+                             "order stalls its neighbours", t=tl.makespan(), ref=ref))
     if not notes:
         return 1.0, ""
-    return score, "Your order runs without deadlock, but " + "; and ".join(notes) + "."
+    return score, msg("Your order runs without deadlock, but {problems}.", problems=series(notes, "; and "))
 
 
 def _grade_partition(answer) -> tuple[float, str]:
@@ -66,18 +71,19 @@ def _grade_partition(answer) -> tuple[float, str]:
     try:
         sizes = partition.check_sizes(list(answer), n, PARTITION_P)
     except (TypeError, ValueError) as e:
-        return 0.0, (f"Give the number of layers of each of the {PARTITION_P} stages, e.g. "
-                     f"[3, 3, 3, 3] ({e}).")
+        return 0.0, msg("Give the number of layers of each of the {p} stages, e.g. [3, 3, 3, 3] ({error}).",
+                        p=PARTITION_P, error=str(e))
     worst = max(partition.stage_costs(PARTITION_COSTS, sizes))
     best = max(partition.stage_costs(PARTITION_COSTS, partition.balanced_partition(PARTITION_COSTS, PARTITION_P)))
     if worst <= best + 1e-9:
         return 1.0, ""
     even = max(partition.stage_costs(PARTITION_COSTS, partition.even_partition(n, PARTITION_P)))
-    tip = (" That is the equal-layer-count split: the stage holding the LM head becomes the bottleneck."
-           if abs(worst - even) < 1e-9 else "")
-    return (0.5 if worst <= 1.1 * best else 0.0), (
-        f"Your slowest stage costs {worst:.3g} ms per microbatch; a better split reaches {best:.3g} ms "
-        f"(the whole pipeline moves at the pace of its slowest stage).{tip}")
+    text = msg("Your slowest stage costs {worst:.3g} ms per microbatch; a better split reaches {best:.3g} ms "
+               "(the whole pipeline moves at the pace of its slowest stage).", worst=worst, best=best)
+    if abs(worst - even) < 1e-9:
+        text = join(text, "That is the equal-layer-count split: the stage holding the LM head becomes the "
+                          "bottleneck.")
+    return (0.5 if worst <= 1.1 * best else 0.0), text
 
 
 QUESTIONS = [

@@ -11,6 +11,7 @@ import math
 import random
 
 from course_lib.grading import NO_UNIT, Mistake, Question
+from course_lib.grading.i18n import msg
 from course_lib.grading.inputs import exercise_trace
 from course_lib.stability import scaler, spikes
 
@@ -81,11 +82,12 @@ def _before_update(flags, s, n):
 
 
 _SCALER_MISTAKES = [
-    (_before_update, "You returned the scale each step *used*; the question asks for the scale after "
-                     "each step's update (the sequence is shifted by one)."),
-    (_no_reset, "After an overflow the count of good steps must restart from 0; yours keeps counting, "
-                "so the scale grows back too early."),
-    (_off_by_one, "Off by one: the scale doubles on the growth_interval-th good step in a row, not the one after."),
+    (_before_update, msg("You returned the scale each step *used*; the question asks for the scale after "
+                         "each step's update (the sequence is shifted by one).")),
+    (_no_reset, msg("After an overflow the count of good steps must restart from 0; yours keeps counting, "
+                    "so the scale grows back too early.")),
+    (_off_by_one, msg("Off by one: the scale doubles on the growth_interval-th good step in a row, not the "
+                      "one after.")),
 ]
 
 
@@ -99,21 +101,22 @@ def _grade_scaler(fn, draw) -> tuple[float, str]:
         try:
             ok = [float(v) for v in got] == scaler.scale_sequence(flags, s, n)
         except (TypeError, ValueError):
-            return 0.0, f"Return a list of numbers, one per step; got {type(got).__name__}."
+            return 0.0, msg("Return a list of numbers, one per step; got {type}.", type=type(got).__name__)
         passed += ok
         if not ok and first_bad is None:
             first_bad = (flags, s, n, [float(v) for v in got])
     if first_bad is None:
         return 1.0, ""
     flags, s, n, got = first_bad
-    for variant, msg in _SCALER_MISTAKES:
+    for variant, why in _SCALER_MISTAKES:
         if got == [float(v) for v in variant(flags, s, n)]:
-            return passed / len(cases), msg
+            return passed / len(cases), why
     want = scaler.scale_sequence(flags, s, n)
     i = next(k for k, (a, b) in enumerate(zip(got + [None] * len(want), want)) if a != b)
-    return passed / len(cases), (f"{passed}/{len(cases)} flag sequences right; with init_scale={s:g}, "
-                                 f"growth_interval={n}, your scale after step {i} (overflow={flags[i]}) is "
-                                 "wrong.")  # a drawn case: the right value is not shown
+    return passed / len(cases), msg("{passed}/{n_cases} flag sequences right; with init_scale={s:g}, "
+                                    "growth_interval={n}, your scale after step {i} (overflow={flag}) is "
+                                    "wrong.", passed=passed, n_cases=len(cases), s=s, n=n, i=i,
+                                    flag=flags[i])  # a drawn case: the right value is not shown
 
 
 QUESTIONS = [

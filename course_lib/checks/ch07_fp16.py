@@ -12,6 +12,7 @@ import torch
 
 from course_lib import numerics
 from course_lib.grading import NO_UNIT, Mistake, Question
+from course_lib.grading.i18n import msg, series
 
 STALL_CASE = (0.3, "fp16")              # increment, format
 STALL_BF16_CASE = (0.01, "bf16")
@@ -51,29 +52,33 @@ def _grade_kahan(fn) -> tuple[float, str]:
     for i, x in enumerate(_grading_cases()):
         out = fn(x.clone())
         if not isinstance(out, torch.Tensor):
-            return 0.0, f"Your function returned {type(out).__name__}; return a 0-d torch tensor."
+            return 0.0, msg("Your function returned {type}; return a 0-d torch tensor.", type=type(out).__name__)
         if out.dtype != torch.float16:
-            return 0.0, (f"Your function returned a {out.dtype} tensor: the exercise is to keep the "
-                         f"sum and the compensation in torch.float16.")
+            return 0.0, msg("Your function returned a {dtype} tensor: the exercise is to keep the "
+                            "sum and the compensation in torch.float16.", dtype=out.dtype)
         exact = math.fsum(x.double().tolist())
         err = abs(float(out) - exact)
         if err <= 2 * numerics.ulp(exact, "fp16"):
             passed += 1
         elif float(out) == float(numerics.running_sum(x, "fp16")):
-            notes.append(f"case {i + 1}: {float(out):.6g} is exactly the plain running sum (exact "
-                         f"{exact:.6g}): the compensation never reaches the next addend")
+            notes.append(msg("case {case}: {got:.6g} is exactly the plain running sum (exact {exact:.6g}): "
+                             "the compensation never reaches the next addend", case=i + 1, got=float(out),
+                             exact=exact))
         else:
-            notes.append(f"case {i + 1}: {float(out):.6g} instead of {exact:.6g}")
+            notes.append(msg("case {case}: {got:.6g} instead of {exact:.6g}", case=i + 1, got=float(out),
+                             exact=exact))
     score = passed / 5
     if passed == 4:
         mine, ref = float(fn(_FP16_ONLY.clone())), float(numerics.kahan_sum(_FP16_ONLY, "fp16"))
         if mine == ref:
             score = 1.0
         else:
-            notes.append(f"summing 1e-4 thirty thousand times you get {mine:.6g}; Kahan with every "
-                         f"operation in FP16 gets {ref:.6g} — did some step run in FP32?")
-    text = "; ".join(notes)
-    return score, text + ("." if text and not text.endswith("?") else "")
+            notes.append(msg("summing 1e-4 thirty thousand times you get {mine:.6g}; Kahan with every "
+                             "operation in FP16 gets {ref:.6g} — did some step run in FP32?", mine=mine, ref=ref))
+    if not notes:
+        return score, ""
+    text = series(notes)
+    return score, text if text.endswith("?") else msg("{notes}.", notes=text)
 
 
 QUESTIONS = [

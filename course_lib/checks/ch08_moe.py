@@ -10,7 +10,9 @@ import torch
 from course_lib.moe import causality
 from course_lib import moe
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg, series
 from course_lib.grading.inputs import MOE_SCHEMES
+
 
 COUNTS = [150, 90, 60, 212, 40, 88, 290, 94]          # router counts of 1024 tokens over 8 experts
 SEEDS = (0, 1, 2)                                      # harness probes per scheme (a leak found once is proof)
@@ -31,26 +33,28 @@ def harness_verdict(router, **kwargs) -> tuple[bool, bool, list[tuple[int, int]]
 
 def _grade_classification(answer) -> tuple[float, str]:
     if not isinstance(answer, dict):
-        return 0.0, f"Expected a dict {{scheme name: True/False}}, got {type(answer).__name__}."
+        return 0.0, msg("Expected a dict {shape}, got {type}.", shape="{scheme name: True/False}",
+                        type=type(answer).__name__)
     missing = sorted(set(SCHEMES) - set(answer))
     if missing:
-        return 0.0, f"Missing schemes: {', '.join(missing)}."
+        return 0.0, msg("Missing schemes: {names}.", names=", ".join(missing))
     wrong = []
     for name, kwargs in SCHEMES.items():
         causal, _, leaks = harness_verdict(**kwargs)
         said = answer[name]
         if not isinstance(said, bool):
-            wrong.append(f"{name}: answer True or False, not {said!r}")
+            wrong.append(msg("{name}: answer True or False, not {said}", name=name, said=repr(said)))
         elif said != causal:
             if causal:
-                wrong.append(f"{name} IS causal: the harness found no later token that moves an earlier "
-                             f"output (a token's slot depends only on tokens before it, or on itself)")
+                wrong.append(msg("{name} IS causal: the harness found no later token that moves an earlier "
+                                 "output (a token's slot depends only on tokens before it, or on itself)",
+                                 name=name))
             else:
                 n, p = leaks[0]
-                wrong.append(f"{name} is NOT causal: changing the token at position {p} moved the "
-                             f"output at position {n}")
+                wrong.append(msg("{name} is NOT causal: changing the token at position {p} moved the "
+                                 "output at position {n}", name=name, p=p, n=n))
     ok = len(SCHEMES) - len(wrong)
-    return ok / len(SCHEMES), "; ".join(wrong) or f"all {len(SCHEMES)} match the harness"
+    return ok / len(SCHEMES), series(wrong) if wrong else msg("all {n} match the harness", n=len(SCHEMES))
 
 
 def _case(seed: int, B: int, S: int, E: int) -> torch.Tensor:
@@ -62,7 +66,8 @@ CASES = [(0, 2, 16, 4, 1, 1.0), (1, 3, 12, 4, 2, 1.0), (2, 2, 20, 8, 2, 1.25), (
 
 def _grade_token_choice(fn, draw) -> tuple[float, str]:
     if not callable(fn):
-        return 0.0, f"Pass your function itself (check('token_choice_impl', my_token_choice)), got {fn!r}."
+        return 0.0, msg("Pass your function itself ({usage}), got {got}.",
+                        usage="check('token_choice_impl', my_token_choice)", got=repr(fn))
     passed, notes = 0, {}                 # message -> cases it explains (each message said once)
     drawn = (int(draw.integers(10, 2**31)), int(draw.choice([1, 2, 3])), int(draw.choice([8, 12, 16, 24])),
              int(draw.choice([4, 8])), int(draw.choice([1, 2])), float(draw.choice([0.5, 1.0, 1.25])))
@@ -72,30 +77,32 @@ def _grade_token_choice(fn, draw) -> tuple[float, str]:
         got = torch.as_tensor(fn(logits.clone(), k, cf)).bool()
         ref = moe.token_choice(logits, k, cf, "sequence", "position")
         if got.shape != ref.kept.shape:
-            return 0.0, f"Return a bool mask of shape (B, S, E) = {tuple(ref.kept.shape)}, got {tuple(got.shape)}."
+            return 0.0, msg("Return a bool mask of shape (B, S, E) = {want}, got {got}.",
+                            want=tuple(ref.kept.shape), got=tuple(got.shape))
         if torch.equal(got, ref.kept):
             passed += 1
             continue
         most = int(got.sum(1).max())
         if torch.equal(got, ref.assigned):
-            why = "you kept every choice; each expert keeps at most C = ceil(k·S·CF/E) per sequence"
+            why = msg("you kept every choice; each expert keeps at most C = ceil(k·S·CF/E) per sequence")
         elif torch.equal(got, moe.token_choice(logits, k, cf, "sequence", "rank").kept):
-            why = ("you served every first choice before any second choice (GShard's rule): for k ≥ 2 a "
-                   "later token's first choice can then push out an earlier token's second choice, which "
-                   "the harness flags as non-causal; serve token by token")
+            why = msg("you served every first choice before any second choice (GShard's rule): for k ≥ 2 a "
+                      "later token's first choice can then push out an earlier token's second choice, which "
+                      "the harness flags as non-causal; serve token by token")
         elif torch.equal(got, moe.token_choice(logits, k, cf, "sequence", "score").kept):
-            why = ("you served the highest scores first (V-MoE's batch priority); the task is first come, "
-                   "first served, which is what keeps the layer causal")
+            why = msg("you served the highest scores first (V-MoE's batch priority); the task is first come, "
+                      "first served, which is what keeps the layer causal")
         elif most > ref.capacity:
-            why = "an expert kept more tokens of one sequence than C = ceil(k·S·CF/E)"
+            why = msg("an expert kept more tokens of one sequence than C = ceil(k·S·CF/E)")
         elif int(got.sum()) < int(ref.kept.sum()):
-            why = "you dropped too many: did you round C down? C = ceil(k·S·CF/E)"
+            why = msg("you dropped too many: did you round C down? C = ceil(k·S·CF/E)")
         else:
-            why = ("the kept pairs differ: serve token by token in position order, each token's "
-                   "choices in rank order, and keep a pair while its expert has a free slot")
+            why = msg("the kept pairs differ: serve token by token in position order, each token's "
+                      "choices in rank order, and keep a pair while its expert has a free slot")
         notes.setdefault(why, []).append(f"[k={k} CF={cf} C={ref.capacity}]")
     if passed < len(cases):
-        return passed / len(cases) * 0.75, "; ".join(f"{w} (cases {' '.join(c)})" for w, c in notes.items())
+        return passed / len(cases) * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
+                                                  for w, c in notes.items())
     causal, indep, _ = harness_verdict(moe.mask_router(lambda lg: fn(lg, 2, 1.0)))
     if not (causal and indep):
         return 0.75, "matches the reference on the fixed cases but the harness finds it is not causal"
@@ -112,11 +119,11 @@ def _grade_own_router(answer) -> tuple[float, str]:
     got = {"causal": causal, "batch_independent": indep}
     wrong = [k for k in got if got[k] != claim[k]]
     if not wrong:
-        return 1.0, f"the harness agrees: causal={causal}, batch_independent={indep}"
-    why = {"causal": f"harness: causal={causal}" + (f" (position {leaks[0][1]} moved the output at "
-                                                    f"{leaks[0][0]})" if leaks else ""),
-           "batch_independent": f"harness: batch_independent={indep}"}
-    return (2 - len(wrong)) / 2, "; ".join(why[k] for k in wrong)
+        return 1.0, msg("the harness agrees: causal={causal}, batch_independent={indep}", causal=causal, indep=indep)
+    why = {"causal": (msg("harness: causal={causal} (position {p} moved the output at {n})", causal=causal,
+                          p=leaks[0][1], n=leaks[0][0]) if leaks else msg("harness: causal={causal}", causal=causal)),
+           "batch_independent": msg("harness: batch_independent={indep}", indep=indep)}
+    return (2 - len(wrong)) / 2, series(why[k] for k in wrong)
 
 
 QUESTIONS = [

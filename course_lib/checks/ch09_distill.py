@@ -6,6 +6,7 @@ import math
 
 from course_lib import distill, hardware
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg
 
 P_OUT, P_IN = 25.0, 5.0                       # Claude Opus 4.6, $/MTok (factcheck claim 6)
 TEACHER = (70e9, 15e12)                       # a 70B teacher on 15T tokens
@@ -38,22 +39,24 @@ def _grade_kl_fn(fn, draw) -> tuple[float, str]:
         try:
             got = float(fn(list(p), list(q)))
         except (ValueError, ZeroDivisionError) as e:
-            notes.append(f"kl({p}, {q}) raised {type(e).__name__} ({e}): skip terms with p = 0 before "
-                         "taking the log, and return math.inf when q = 0 where p > 0")
+            notes.append(msg("kl({p}, {q}) raised {error}: skip terms with p = 0 before taking the log, "
+                             "and return math.inf when q = 0 where p > 0", p=p, q=q,
+                             error=f"{type(e).__name__} ({e})"))
             continue
         if (math.isinf(ref) and math.isinf(got) and got > 0) or (
                 math.isfinite(ref) and math.isclose(got, ref, rel_tol=1e-6, abs_tol=1e-9)):
             passed += 1
         elif math.isinf(ref):
-            notes.append(f"kl({p}, {q}) should be inf: q puts zero mass where p does not")
+            notes.append(msg("kl({p}, {q}) should be inf: q puts zero mass where p does not", p=p, q=q))
         elif math.isnan(got):
-            notes.append(f"kl({p}, {q}) gave nan: a term with p = 0 contributes 0 (0·log 0 = 0), skip it")
+            notes.append(msg("kl({p}, {q}) gave nan: a term with p = 0 contributes 0 (0·log 0 = 0), skip it",
+                             p=p, q=q))
         elif math.isclose(got, distill.kl_divergence(q, p), rel_tol=1e-6):
             notes.append("that is KL(q‖p): the sum is over p·log(p/q), weighted by the teacher p")
         elif math.isclose(got, ref / math.log(2), rel_tol=1e-6):
             notes.append("that is in bits (log2); use the natural log (nats)")
         else:
-            notes.append(f"kl({p}, {q}) = {got:.4g} is not KL(p‖q) = Σ p·ln(p/q)")  # drawn case: no reference
+            notes.append(msg("kl({p}, {q}) = {got:.4g} is not KL(p‖q) = Σ p·ln(p/q)", p=p, q=q, got=got))  # drawn case: no reference
     return passed / len(cases), (notes[0] if notes else "")
 
 

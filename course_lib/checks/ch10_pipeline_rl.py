@@ -7,6 +7,7 @@ from __future__ import annotations
 from course_lib.grading import Mistake, Question
 from course_lib.grading.drills import DRILL_INTERVAL, DRILL_VERSIONS, drill_worker
 from course_lib.grading.remote import launch_with, source_of
+from course_lib.grading.i18n import join, msg, series
 from course_lib.rl import simulate
 from course_lib.rl.task import LengthDist
 
@@ -41,10 +42,12 @@ def grade_swap(fn) -> tuple[float, str]:
     except RankError as e:
         last = [line for line in e.remote_traceback.strip().splitlines() if line.strip()][-1]
         if last.startswith("NotImplementedError"):
-            return 0.0, f"not implemented ({last})"
-        tip = (" It runs in a fresh process: import torch and torch.distributed inside the function."
-               if "NameError" in last else "")
-        return 0.0, f"Your function raised inside the actor process (rank {e.rank}): {last}.{tip}"
+            return 0.0, msg("not implemented ({error})", error=last)
+        raised = msg("Your function raised inside the actor process (rank {rank}): {error}.", rank=e.rank, error=last)
+        if "NameError" in last:
+            return 0.0, join(raised, "It runs in a fresh process: import torch and torch.distributed inside "
+                                     "the function.")
+        return 0.0, raised
     except TimeoutError:
         return 0.0, ("The run hung: the learner's broadcasts were never all received. Post the next "
                      "receive (dist.broadcast(buf, src=0, group=group, async_op=True)) after every swap.")
@@ -52,12 +55,13 @@ def grade_swap(fn) -> tuple[float, str]:
     if res["seen"] == list(range(DRILL_VERSIONS)) and not res["wrong"]:
         score += 0.3
     elif res["wrong"]:
-        notes.append(f"after reporting version {res['wrong'][0]} the parameters were not the published "
-                     f"ones: copy buf[2:] into model.parameters() in order (buf[0] is the version, "
-                     f"buf[1] the publish time)")
+        notes.append(msg("after reporting version {version} the parameters were not the published "
+                         "ones: copy buf[2:] into model.parameters() in order (buf[0] is the version, "
+                         "buf[1] the publish time)", version=res["wrong"][0]))
     else:
-        notes.append(f"you reported versions {res['seen']} instead of {list(range(DRILL_VERSIONS))}: "
-                     f"return int(buf[0]) once per completed broadcast and post the next receive")
+        notes.append(msg("you reported versions {seen} instead of {want}: return int(buf[0]) once per "
+                         "completed broadcast and post the next receive", seen=res["seen"],
+                         want=list(range(DRILL_VERSIONS))))
     if not res["drift"]:
         score += 0.2
     else:
@@ -67,16 +71,17 @@ def grade_swap(fn) -> tuple[float, str]:
     if res["nones"] > 0:
         score += 0.3
     else:
-        notes.append(f"none of your {res['calls']} calls returned without new weights, although the "
-                     f"learner paused {1e3 * DRILL_INTERVAL:g} ms between versions: your swap waits for "
-                     f"the learner; check pending.is_completed() and return (pending, None) when it is False")
+        notes.append(msg("none of your {calls} calls returned without new weights, although the "
+                         "learner paused {ms:g} ms between versions: your swap waits for the learner; "
+                         "check pending.is_completed() and return (pending, None) when it is False",
+                         calls=res["calls"], ms=1e3 * DRILL_INTERVAL))
     if res["stopped"] and not res["reposted"]:
         score += 0.2
     elif res["stopped"]:
         notes.append("on the stop message (version −1) do not post another receive; return (None, −1)")
     else:
         notes.append("the stop message (version −1) was never reported: return (None, -1) when buf[0] is −1")
-    return score, ("; ".join(notes) + ".") if notes else ""
+    return score, msg("{notes}.", notes=series(notes)) if notes else ""
 
 
 _E_MAX = LENGTHS.expected_max(SYNC_BATCH)

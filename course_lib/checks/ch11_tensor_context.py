@@ -10,6 +10,7 @@ import torch
 
 from course_lib import comm, memory
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg, series
 from course_lib.layout import _evaluate, _job, plan_layouts
 from course_lib.plan.runs import TOLERANCE
 from course_lib.network import DGX_H100_NDR
@@ -85,18 +86,20 @@ def _grade_merge(fn, rng) -> tuple[float, str]:
             return 0.0, "Return a pair (o, lse): the merged output and its log-sum-exp."
         o, lse = (torch.as_tensor(x, dtype=torch.float64) for x in out)
         if o.shape != want_o.shape or lse.shape != want_l.shape:
-            return 0.0, f"Shapes {tuple(o.shape)}, {tuple(lse.shape)}; expected {tuple(want_o.shape)}, {tuple(want_l.shape)}."
+            return 0.0, msg("Shapes {o}, {lse}; expected {want_o}, {want_l}.", o=tuple(o.shape), lse=tuple(lse.shape),
+                            want_o=tuple(want_o.shape), want_l=tuple(want_l.shape))
         if torch.allclose(o, want_o, rtol=1e-9, atol=1e-12) and torch.allclose(lse, want_l, rtol=1e-9, atol=1e-12):
             passed += 1
         elif not (torch.isfinite(o).all() and torch.isfinite(lse).all()):
-            notes.append("non-finite outputs: subtract the larger log-sum-exp before exponentiating")
+            notes.append(msg("non-finite outputs: subtract the larger log-sum-exp before exponentiating"))
         elif torch.allclose(o, (o_a + o_b) / 2):
-            notes.append("an unweighted mean of the two outputs: weight each by exp(lse_block − lse)")
+            notes.append(msg("an unweighted mean of the two outputs: weight each by exp(lse_block − lse)"))
         else:
-            notes.append("the merged output differs from attention over all keys")
+            notes.append(msg("the merged output differs from attention over all keys"))
     if passed == len(cases):
         return 1.0, ""
-    return passed / len(cases), f"{passed} of {len(cases)} cases match full attention; " + "; ".join(sorted(set(notes))) + "."
+    return passed / len(cases), msg("{passed} of {n} cases match full attention; {notes}.", passed=passed,
+                                    n=len(cases), notes=series(sorted(set(notes))))
 
 
 def _grade_layout(answer) -> tuple[float, str]:
@@ -104,7 +107,7 @@ def _grade_layout(answer) -> tuple[float, str]:
     TP inside a node, respect the batch floor, fit, and be near the fastest."""
     keys = ("tp", "cp", "pp", "dp", "zero", "recompute")
     if not isinstance(answer, dict) or any(k not in answer for k in keys):
-        return 0.0, f"Answer a dict with the keys {', '.join(keys)} (and optionally v)."
+        return 0.0, msg("Answer a dict with the keys {keys} (and optionally v).", keys=", ".join(keys))
     try:
         tp, cp, pp, dp, zero = (int(answer[k]) for k in keys[:5])
         v = int(answer.get("v", 1))
@@ -113,7 +116,8 @@ def _grade_layout(answer) -> tuple[float, str]:
     mode = answer["recompute"]
     c = CLUSTER
     if tp * cp * pp * dp != c["n_gpus"]:
-        return 0.0, f"TP·CP·PP·DP = {tp * cp * pp * dp}, but the cluster has {c['n_gpus']} GPUs."
+        return 0.0, msg("TP·CP·PP·DP = {product}, but the cluster has {n} GPUs.", product=tp * cp * pp * dp,
+                        n=c["n_gpus"])
     if min(tp, cp, pp, dp, v) < 1 or zero not in (0, 1, 2, 3) or mode not in ("none", "selective", "full"):
         return 0.0, "Degrees must be >= 1, zero in 0..3 and recompute one of none/selective/full."
     if tp > 8 or c["n_heads"] % tp or c["seq_len"] % cp or (v > 1 and v * pp > c["n_layers"]):
@@ -121,24 +125,28 @@ def _grade_layout(answer) -> tuple[float, str]:
     seqs = c["global_batch_tokens"] / c["seq_len"]
     m = int(seqs // dp)
     if m < 1:
-        return 0.0, (f"The batch has {seqs:.0f} sequences: DP {dp} leaves m = {m} microbatches per pipeline, "
-                     f"not even one sequence per replica. PP does not lift the batch floor; TP and CP do.")
+        return 0.0, msg("The batch has {seqs:.0f} sequences: DP {dp} leaves m = {m} microbatches per pipeline, "
+                        "not even one sequence per replica. PP does not lift the batch floor; TP and CP do.",
+                        seqs=seqs, dp=dp, m=m)
     job = _job(c["n_params"], c["n_layers"], c["d_model"], c["n_heads"], c["seq_len"], c["global_batch_tokens"],
                c["n_gpus"], "H100-SXM", DGX_H100_NDR, None, 0.9, True, c["kv_heads"], 1, 128, 3)
     mine = _evaluate(job, tp, cp, pp, dp, v, zero, mode)
     if not mine.fits:
-        return 0.0, (f"It does not fit: {mine.memory_bytes / 1e9:.0f} GB per GPU (states "
-                     f"{mine.states_bytes / 1e9:.0f}, activations {mine.activation_bytes / 1e9:.0f}) of "
-                     f"{mine.usable_bytes / 1e9:.0f} GB usable.")
+        return 0.0, msg("It does not fit: {total:.0f} GB per GPU (states {states:.0f}, activations "
+                        "{acts:.0f}) of {usable:.0f} GB usable.", total=mine.memory_bytes / 1e9,
+                        states=mine.states_bytes / 1e9, acts=mine.activation_bytes / 1e9,
+                        usable=mine.usable_bytes / 1e9)
     best = plan_layouts(**CLUSTER)[0]
     slower = mine.step_s / best.step_s - 1
     if slower <= CLUSTER_SLACK:
-        return 1.0, (f"Fits, and its step is {100 * slower:.0f}% from the planner's fastest ({best.shape()}): "
-                     f"within the model's resolution ({100 * CLUSTER_SLACK:.0f}%), as good as any.")
-    return 0.5, (f"It fits, but its step is {100 * slower:.0f}% slower than the planner's fastest, more than "
-                 f"the model's resolution ({100 * CLUSTER_SLACK:.0f}%) "
-                 f"({best.shape()}, ZeRO-{best.zero}, recompute={best.recompute}); look at which "
-                 f"term of layout._evaluate grows (bubble, exposed TP/DP traffic, recomputation).")
+        return 1.0, msg("Fits, and its step is {pct:.0f}% from the planner's fastest ({best}): within the "
+                        "model's resolution ({slack:.0f}%), as good as any.", pct=100 * slower,
+                        best=best.shape(), slack=100 * CLUSTER_SLACK)
+    return 0.5, msg("It fits, but its step is {pct:.0f}% slower than the planner's fastest, more than the "
+                    "model's resolution ({slack:.0f}%) ({best}, ZeRO-{zero}, recompute={recompute}); look at "
+                    "which term of layout._evaluate grows (bubble, exposed TP/DP traffic, recomputation).",
+                    pct=100 * slower, slack=100 * CLUSTER_SLACK, best=best.shape(), zero=best.zero,
+                    recompute=best.recompute)
 
 
 QUESTIONS = [

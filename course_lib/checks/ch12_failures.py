@@ -12,6 +12,7 @@ from course_lib import faults
 from course_lib.faults.drill import resume_worker
 from course_lib.grading import Mistake, Question
 from course_lib.grading.remote import NotAFunction, function_source, launch_with
+from course_lib.grading.i18n import msg
 
 HOUR, DAY = 3600.0, 86400.0
 GPU_MTBF_H, N_GPUS = 50_000.0, 24_576          # per-GPU MTBF (hours) and cluster size
@@ -29,7 +30,7 @@ def _grade_resume(fn, draw) -> tuple[float, str]:
     try:
         source = function_source(fn, "check('resume', train_resumable)")
     except NotAFunction as e:
-        return 0.0, str(e)
+        return 0.0, e.message
     kill_at = int(draw.choice([k for k in range(EVERY + 1, TOTAL_STEPS) if k % EVERY]))
     from course_lib.dist import RankError
     try:
@@ -37,21 +38,25 @@ def _grade_resume(fn, draw) -> tuple[float, str]:
                           kill_at=kill_at, total_steps=TOTAL_STEPS, every=EVERY)[0]
     except RankError as e:
         tb = e.remote_traceback.strip().splitlines()
-        return 0.0, f"The harness failed around your function: {tb[-1] if tb else 'an error'}"
+        if not tb:
+            return 0.0, msg("The harness failed around your function: an error")
+        return 0.0, msg("The harness failed around your function: {error}", error=tb[-1])
     except TimeoutError:
         return 0.0, "The job hung: does your loop stop after total_steps steps?"
     if res["error"]:
         if "NotImplementedError" in res["error"]:
-            return 0.0, f"not implemented ({res['error']})"
-        return 0.0, f"Your job failed: {res['error']}"
+            return 0.0, msg("not implemented ({error})", error=res["error"])
+        return 0.0, msg("Your job failed: {error}", error=res["error"])
     expected = kill_at // EVERY * EVERY
     start = res["resumed_from"]
     if start == 0:
-        return 0.2, (f"Killed after step {kill_at}, your job started again from step 0: it ends right "
-                     f"but redoes all the work. Load the last complete checkpoint (step {expected}).")
+        return 0.2, msg("Killed after step {kill_at}, your job started again from step 0: it ends right "
+                        "but redoes all the work. Load the last complete checkpoint (step {expected}).",
+                        kill_at=kill_at, expected=expected)
     if start != expected:
-        return 0.2, (f"Killed after step {kill_at}, your job resumed after step {start}; the last "
-                     f"checkpoint written every {EVERY} steps was step {expected}.")
+        return 0.2, msg("Killed after step {kill_at}, your job resumed after step {start}; the last "
+                        "checkpoint written every {every} steps was step {expected}.", kill_at=kill_at,
+                        start=start, every=EVERY, expected=expected)
     if not res["bit_identical"]:
         return 0.4, ("It resumed from the right step, but the final weights differ from an uninterrupted "
                      "run: some state was not restored. The next step depends on the weights, the "

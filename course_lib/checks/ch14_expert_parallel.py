@@ -8,6 +8,7 @@ import torch
 
 from course_lib import comm
 from course_lib.grading import Mistake, Question
+from course_lib.grading.i18n import msg, series
 
 # Q1/Q2: one DeepSeek-V3-like MoE layer (arXiv 2412.19437: d = 7168, 8 routed experts a token)
 LAYER = dict(tokens=4096, d_model=7168, top_k=8, ep=64)
@@ -38,7 +39,8 @@ FIXED = [(0, 40, 8, 4), (1, 7, 4, 2), (2, 64, 16, 8), (3, 1, 2, 2)]
 
 def _grade_dispatch(fn, draw) -> tuple[float, str]:
     if not callable(fn):
-        return 0.0, f"Pass your function itself (check('dispatch_impl', dispatch)), got {fn!r}."
+        return 0.0, msg("Pass your function itself ({usage}), got {got}.", usage="check('dispatch_impl', dispatch)",
+                        got=repr(fn))
     drawn = (int(draw.integers(10, 2**31)), int(draw.choice([5, 33, 100])), int(draw.choice([8, 16])),
              int(draw.choice([2, 4, 8])))
     passed, notes = 0, {}
@@ -51,27 +53,29 @@ def _grade_dispatch(fn, draw) -> tuple[float, str]:
             order = torch.as_tensor(order).long()
             counts = [int(c) for c in counts]
         except Exception as exc:                    # a student's bug costs this case only
-            notes.setdefault(f"your function raised {type(exc).__name__}: {exc}", []).append(f"[n={n}]")
+            notes.setdefault(msg("your function raised {error}", error=f"{type(exc).__name__}: {exc}"),
+                             []).append(f"[n={n}]")
             continue
         ok_order, ok_counts = torch.equal(order, want_order), counts == want_counts
         if ok_order and ok_counts:
             passed += 1
             continue
         if not ok_counts:
-            why = ("send counts are per rank, not per expert: rank r gets the pairs of its E/ep experts"
+            why = (msg("send counts are per rank, not per expert: rank r gets the pairs of its E/ep experts")
                    if counts == torch.bincount(ids, minlength=e).tolist() else
-                   "send counts differ: count the pairs whose expert lives on each rank (expert // (E/ep))")
+                   msg("send counts differ: count the pairs whose expert lives on each rank (expert // (E/ep))"))
         elif sorted(order.tolist()) != list(range(n)):
-            why = "the order must be a permutation of 0..n-1 (every pair sent exactly once)"
+            why = msg("the order must be a permutation of 0..n-1 (every pair sent exactly once)")
         elif torch.equal(ids[order] // (e // ep), ids[want_order] // (e // ep)):
-            why = ("sorted by rank but not by expert within it (or not stably): the receiver splits "
-                   "its rows by expert, so order by expert id, ties in original order")
+            why = msg("sorted by rank but not by expert within it (or not stably): the receiver splits "
+                      "its rows by expert, so order by expert id, ties in original order")
         else:
-            why = "the order differs: a stable sort of the pairs by expert id"
+            why = msg("the order differs: a stable sort of the pairs by expert id")
         notes.setdefault(why, []).append(f"[n={n} E={e} ep={ep}]")
     if passed == len(cases):
         return 1.0, "matches the layer's dispatch on every case, including one drawn for this run"
-    return passed / len(cases) * 0.75, "; ".join(f"{w} (cases {' '.join(c)})" for w, c in notes.items())
+    return passed / len(cases) * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
+                                              for w, c in notes.items())
 
 
 QUESTIONS = [

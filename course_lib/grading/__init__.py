@@ -18,6 +18,9 @@ From the shell::
     python -m course_lib.grading generate solutions exercises [--check]
     python -m course_lib.grading grade DIR --out build/grades --pass-mark 60   # sandboxed
 
+Feedback in Chinese: ``Checker(..., lang="zh")``, ``check.lang = "zh"`` or ``COURSE_LANG=zh``
+in a notebook, ``--lang zh`` on the command line (:mod:`course_lib.grading.i18n`).
+
 See docs/GRADING.md.
 """
 from course_lib.grading.checker import Checker, load_bank

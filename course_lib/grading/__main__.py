@@ -2,15 +2,16 @@
 
     python -m course_lib.grading generate SRC DST [--check]
     python -m course_lib.grading handout DEST [--repo .]
-    python -m course_lib.grading check [NOTEBOOK|DIR ...] [--timeout-cell 120]
+    python -m course_lib.grading check [NOTEBOOK|DIR ...] [--timeout-cell 120] [--lang en|zh]
     python -m course_lib.grading grade CLASS --out OUTDIR [--pass-mark 60] [--timeout-cell 60]
         [--timeout-notebook 300] [--chapter ID [--bank MODULE]] [--feedback graded|practice]
-        [--seed N] [--solutions DIR] [--jobs N]
+        [--seed N] [--solutions DIR] [--jobs N] [--lang en|zh]
 
 ``grade`` takes a class folder: one folder per student (``CLASS/alice/01_flops.ipynb``) and/or
 flat notebooks (``CLASS/alice-01_flops.ipynb``); it says which entries it skipped and why, grades
 ``--jobs`` notebooks at once (default: one per core) and writes ``gradebook.csv`` (one row per
-student) beside ``grades.json``, ``summary.md`` and ``junit.xml``.
+student) beside ``grades.json``, ``summary.md`` and ``junit.xml``. ``--lang zh`` writes the
+feedback messages in Chinese (the same scores and recognised mistakes as in English).
 
 Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error, 3 the
 grader or its sandbox failed (never a student's 0: such a submission is marked as a grader error).
@@ -21,6 +22,8 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+
+from course_lib.grading.i18n import LANGS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder of master notebooks: flag submissions whose solution cells copy them")
     r.add_argument("--jobs", "-j", type=int, default=0,
                    help="notebooks graded at once (default: one per core of this machine)")
+    r.add_argument("--lang", choices=LANGS, default="en",
+                   help="language of the feedback messages: en (default) or zh (Chinese); scores do not change")
     c = sub.add_parser("check", help="students: run exercise notebooks in practice mode and print each question's state")
     c.add_argument("paths", type=Path, nargs="*", default=[Path("exercises")], help="notebooks or folders (default exercises)")
     c.add_argument("--timeout-cell", type=float, default=120.0, help="seconds per cell (default 120)")
+    c.add_argument("--lang", choices=LANGS, default=None,
+                   help="language of the checks' feedback: en or zh (default: COURSE_LANG, else en)")
     h = sub.add_parser("handout", help="the students' course: no solutions/, tests/ or instructor docs; "
                        "README, grading notes, Makefile and book TOC written for students")
     h.add_argument("dest", type=Path, help="new folder to write")
@@ -62,7 +69,15 @@ def main(argv: list[str] | None = None) -> int:
 
         if a.timeout_cell <= 0:
             p.error("--timeout-cell must be positive")
-        return selfcheck.main(a.paths, a.timeout_cell)
+        import os
+
+        from course_lib.grading.i18n import LANG_ENV, check_lang
+
+        try:
+            lang = check_lang(a.lang or os.environ.get(LANG_ENV) or "en")
+        except ValueError as e:
+            p.error(f"{LANG_ENV}: {e}")
+        return selfcheck.main(a.paths, a.timeout_cell, lang)
 
     if a.command == "handout":
         from course_lib.grading.handout import HandoutError, handout
@@ -115,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
     seed = a.seed if a.seed is not None else secrets.randbits(31)
     opts = Options(timeout_cell=a.timeout_cell, timeout_notebook=a.timeout_notebook, feedback=a.feedback,
-                   seed=seed, chapter=a.chapter, bank=a.bank, jobs=a.jobs)
+                   seed=seed, chapter=a.chapter, bank=a.bank, jobs=a.jobs, lang=a.lang)
     return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, opts=opts, solutions=a.solutions)
 
 

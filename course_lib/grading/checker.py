@@ -14,12 +14,14 @@ nothing and costs the question its points.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import re
 from typing import Any
 
 from course_lib.grading import remote
 from course_lib.grading.echo import show_answer, with_unit
+from course_lib.grading.i18n import LANG_ENV, check_lang, msg, render
 from course_lib.grading.question import Question, Result
 from course_lib.grading.values import fmt_num, fmt_points, to_plain
 _CHAPTER = re.compile(r"^[A-Za-z0-9_]+$")
@@ -100,23 +102,42 @@ class Recorded:
 class Checker:
     """Grades a chapter's questions inside a notebook (practice), or records the answers for the
     grader (graded runs). ``bank`` overrides the bank's module path in practice (tests, instructors
-    trying out a bank outside ``course_lib.checks``); a graded run ignores it."""
+    trying out a bank outside ``course_lib.checks``); a graded run ignores it.
 
-    def __init__(self, chapter_id: str, *, bank: str | None = None):
+    ``lang`` is the language of everything it prints: ``"en"`` or ``"zh"``; by default the
+    environment's ``COURSE_LANG`` when the checker is made, else English. ``check.lang = "zh"``
+    switches an existing checker. It changes words only: scores and recognised mistakes are the
+    same in both."""
+
+    def __init__(self, chapter_id: str, *, bank: str | None = None, lang: str | None = None):
         self.chapter_id = chapter_id
+        self.lang = lang if lang is not None else (os.environ.get(LANG_ENV) or "en")
         self._recorder = remote.recorder()
         self.questions: dict[str, Question] = (
             {} if self._recorder else {q.qid: q for q in load_bank(chapter_id, bank)})
         self._best: dict[str, Result] = {}
 
+    @property
+    def lang(self) -> str:
+        """The language this checker speaks ("en" or "zh")."""
+        return self._lang
+
+    @lang.setter
+    def lang(self, value: str) -> None:
+        self._lang = check_lang(value)
+
     def __repr__(self) -> str:
         return f"Checker({self.chapter_id!r}, {len(self.questions)} questions)"
+
+    def _say(self, template: str, **values: Any) -> None:
+        print(render(msg(template, **values), self._lang))
 
     def _question(self, qid: str) -> Question:
         q = self.questions.get(qid) if isinstance(qid, str) else None
         if q is None:
-            raise ValueError(f"unknown question {qid!r} for chapter {self.chapter_id!r}; "
-                             f"questions: {', '.join(self.questions)}")
+            raise ValueError(render(msg("unknown question {qid} for chapter {chapter}; questions: {known}",
+                                        qid=repr(qid), chapter=repr(self.chapter_id),
+                                        known=", ".join(self.questions)), self._lang))
         return q
 
     def __call__(self, qid: str, answer: Any) -> Verdict | Recorded:
@@ -125,15 +146,15 @@ class Checker:
         (the last answer to a question counts) and echo nothing of it."""
         if self._recorder is not None:
             self._recorder.answer(self.chapter_id, str(qid), answer)
-            print(f"→ {qid}: answer recorded (graded run: scored after the notebook has run)")
+            self._say("→ {qid}: answer recorded (graded run: scored after the notebook has run)", qid=qid)
             return Recorded()
         q = self._question(qid)
-        result = q.grade(answer)
+        result = q.grade(answer, lang=self._lang)
         best = self._best.get(qid)
         if best is None or result.score >= best.score:
             self._best[qid] = result
-        shown = f"answer = {show_answer(answer, q.unit)}  " if q.is_value else ""
-        print(shown + result.line())
+        shown = render(msg("answer = {answer}  ", answer=show_answer(answer, q.unit)), self._lang) if q.is_value else ""
+        print(shown + result.line(self._lang))
         return Verdict(result.correct, result.score, result.points)
 
     def _graded(self, what: str, qid: str) -> bool:
@@ -141,9 +162,12 @@ class Checker:
         if self._recorder is None:
             return False
         self._recorder.write({"event": what, "qid": str(qid)})
-        cost = " and the question now scores 0" if what == "revealed" else ""
-        shown = {"revealed": "reference answer", "hint": "hint", "prompt": "question text"}[what]
-        print(f"{qid}: no {shown} in a graded run{cost}.")
+        if what == "revealed":
+            self._say("{qid}: no reference answer in a graded run and the question now scores 0.", qid=qid)
+        elif what == "hint":
+            self._say("{qid}: no hint in a graded run.", qid=qid)
+        else:
+            self._say("{qid}: no question text in a graded run.", qid=qid)
         return True
 
     def hint(self, qid: str) -> None:
@@ -151,14 +175,17 @@ class Checker:
         if self._graded("hint", qid):
             return
         q = self._question(qid)
-        print(f"Hint for {qid}: {q.hint}" if q.hint else f"No hint for {qid}; re-read the question:\n{q.prompt}")
+        if q.hint:
+            self._say("Hint for {qid}: {hint}", qid=qid, hint=render(q.hint, self._lang))
+        else:
+            self._say("No hint for {qid}; re-read the question:\n{prompt}", qid=qid, prompt=q.prompt)
 
     def prompt(self, qid: str) -> None:
         """Print the text of question ``qid``."""
         if self._graded("prompt", qid):
             return
         q = self._question(qid)
-        print(f"{qid} ({fmt_points(q.points)} points): {q.prompt}")
+        self._say("{qid} ({points} points): {prompt}", qid=qid, points=fmt_points(q.points), prompt=q.prompt)
 
     def reveal(self, qid: str) -> None:
         """Print the reference answer (value questions) and the explanation, if any."""
@@ -168,15 +195,18 @@ class Checker:
         lines = []
         if q.is_value:
             try:
-                lines.append(f"Reference answer for {qid}: {_show(q.reference(), q.unit)}"
-                             f"{_tolerance_note(q)}")
+                lines.append(msg("Reference answer for {qid}: {answer}{tolerance}", qid=qid,
+                                 answer=_show(q.reference(), q.unit), tolerance=_tolerance_note(q)))
             except Exception as e:  # noqa: BLE001
-                lines.append(f"Reference answer for {qid} could not be computed: {type(e).__name__}: {e}")
+                lines.append(msg("Reference answer for {qid} could not be computed: {error}", qid=qid,
+                                 error=f"{type(e).__name__}: {e}"))
         if q.explanation:
-            lines.append(("" if q.is_value else f"Explanation for {qid}: ") + q.explanation)
+            explanation = render(q.explanation, self._lang)
+            lines.append(explanation if q.is_value else
+                         msg("Explanation for {qid}: {explanation}", qid=qid, explanation=explanation))
         if not lines:
-            lines.append(f"{qid} is graded by running your code; there is no single value to reveal.")
-        print("\n".join(lines))
+            lines.append(msg("{qid} is graded by running your code; there is no single value to reveal.", qid=qid))
+        print("\n".join(render(line, self._lang) for line in lines))
 
     def score(self) -> tuple[float, float]:
         """(points scored so far, points available) in this session, best attempt per question."""
@@ -186,17 +216,19 @@ class Checker:
     def summary(self) -> None:
         """Print points so far and the state of every question."""
         if self._recorder is not None:
-            print(f"{self.chapter_id}: graded run — your answers are recorded and scored after the "
-                  f"notebook has run.")
+            self._say("{chapter}: graded run — your answers are recorded and scored after the notebook has run.",
+                      chapter=self.chapter_id)
             return
         got, total = self.score()
         n_ok = sum(r.correct for r in self._best.values())
-        lines = [f"{self.chapter_id}: {fmt_points(got)}/{fmt_points(total)} points "
-                 f"({n_ok} of {len(self.questions)} questions fully correct)"]
+        lines = [render(msg("{chapter}: {got}/{total} points ({n_ok} of {n} questions fully correct)",
+                            chapter=self.chapter_id, got=fmt_points(got), total=fmt_points(total), n_ok=n_ok,
+                            n=len(self.questions)), self._lang)]
         for qid, q in self.questions.items():
             r = self._best.get(qid)
             if r is None:
-                lines.append(f"  · {qid}: not checked yet ({fmt_points(q.points)} points)")
+                lines.append(render(msg("  · {qid}: not checked yet ({points} points)", qid=qid,
+                                        points=fmt_points(q.points)), self._lang))
             else:
                 mark = "✔" if r.correct else "✘"
                 lines.append(f"  {mark} {qid}: {fmt_points(r.score)}/{fmt_points(q.points)}")
@@ -228,9 +260,9 @@ def _tolerance_note(q: Question) -> str:
 
     if not has_float(to_plain(q.reference())):
         return ""
-    parts = []
-    if q.rtol:
-        parts.append(f"±{q.rtol * 100:.2g}%")
-    if q.atol:
-        parts.append(f"±{fmt_num(q.atol)}")
-    return f" (accepted within {' or '.join(parts)})" if parts else ""
+    rel, abs_ = f"±{q.rtol * 100:.2g}%", f"±{fmt_num(q.atol)}"
+    if q.rtol and q.atol:
+        return msg(" (accepted within {rel} or {abs})", rel=rel, abs=abs_)
+    if q.rtol or q.atol:
+        return msg(" (accepted within {tol})", tol=rel if q.rtol else abs_)
+    return ""

@@ -14,6 +14,10 @@ recognised mistake, a power of ten, a factor of 2, the sign, close but outside t
 graded run cannot be used to read the reference off its ratio. A function question's ``grader`` may
 take a second argument, a ``numpy.random.Generator``: seeded per graded run (fixed in practice), it
 draws inputs the notebook never saw.
+
+Language: every message is made in English as an :mod:`course_lib.grading.i18n` template (or is a
+bank's fixed text) and rendered last, in ``grade(lang=...)``'s language; :meth:`Question.assess`
+gives the score and the untranslated message, so the score can never depend on the language.
 """
 from __future__ import annotations
 
@@ -26,17 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from course_lib import _validate
+from course_lib.grading.i18n import DEFAULT_LANG, Message, check_lang, join, msg, render, sentence
 from course_lib.grading.values import as_number, compare, describe, fmt_points, to_plain
 
 _QID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 # ``unit=NO_UNIT``: the answer is no quantity (booleans, strings, a value that is just a number);
 # the default ``unit=None`` means the bank did not say (tests/test_grading_echo.py rejects that)
 NO_UNIT = ""
-
-
-def _cap(msg: str) -> str:
-    msg = msg.strip()
-    return msg[:1].upper() + msg[1:] if msg else msg
 
 
 # --------------------------------------------------------------------------- Mistake
@@ -122,16 +122,18 @@ class Result:
     def correct(self) -> bool:
         return self.score >= self.points
 
-    def line(self) -> str:
-        """The one line ``check()`` prints."""
+    def line(self, lang: str = DEFAULT_LANG) -> str:
+        """The one line ``check()`` prints, in ``lang`` (the message is already in it)."""
         p, s = fmt_points(self.points), fmt_points(self.score)
         if self.correct:
             tail = f" — {self.message}" if self.message else ""
-            return f"✔ {self.qid}: correct ({p}/{p} points){tail}"
+            return render(msg("✔ {qid}: correct ({points}/{points} points)", qid=self.qid, points=p), lang) + tail
         return f"✘ {self.qid}: {s}/{p} — {self.message}"
 
 
-def _error_text(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
+    """An exception as one short line, ``Type: text`` (the text is the student's or Python's own
+    words, shown as they are in every language)."""
     text = " ".join(str(e).split())
     if len(text) > 200:
         text = text[:197] + "..."
@@ -186,30 +188,35 @@ class Question:
             self._reference = (self.expected(),)
         return self._reference[0]
 
-    def _result(self, fraction: float, message: str) -> Result:
-        return Result(self.qid, self.points, round(fraction * self.points, 4), " ".join(str(message).split()))
-
-    def grade(self, answer: Any, *, feedback: str = "practice", seed: int = 0) -> Result:
+    def grade(self, answer: Any, *, feedback: str = "practice", seed: int = 0, lang: str = DEFAULT_LANG) -> Result:
         """Score ``answer``; never raises because of it. ``feedback`` is "practice" or "graded";
-        ``seed`` seeds the inputs a function question's grader draws."""
+        ``seed`` seeds the inputs a function question's grader draws; ``lang`` is the language of
+        the message only (the score and the mistake recognised are the same in every language)."""
         if feedback not in ("practice", "graded"):
             raise ValueError(f"feedback must be 'practice' or 'graded', got {feedback!r}")
+        check_lang(lang)
+        fraction, message = self.assess(answer, feedback=feedback, seed=seed)
+        return Result(self.qid, self.points, round(fraction * self.points, 4), " ".join(render(message, lang).split()))
+
+    def assess(self, answer: Any, *, feedback: str = "practice", seed: int = 0) -> tuple[float, str]:
+        """(fraction of the points, the message in English, translatable: a Message or a bank's
+        fixed text): what :meth:`grade` scores and then renders in the language asked for."""
         if self.grader is not None:
             return self._grade_function(answer, seed)
         try:
             exp = self.reference()
         except Exception as e:  # noqa: BLE001
-            return self._result(0.0, f"Error while computing the reference answer: {_error_text(e)}")
+            return 0.0, msg("Error while computing the reference answer: {error}", error=error_text(e))
         try:
             problem = compare(answer, exp, self.rtol, self.atol, self.unit, graded=feedback == "graded")
         except Exception as e:  # noqa: BLE001
-            problem = f"could not compare your answer: {_error_text(e)}"
+            problem = msg("could not compare your answer: {error}", error=error_text(e))
         if problem is None:
-            return self._result(1.0, "")
+            return 1.0, ""
         for m in (*self.mistakes, *unit_mistakes(self.unit)):
             if m.matches(answer, exp):
-                return self._result(0.0, m.message)
-        return self._result(0.0, _cap(problem) + ".")
+                return 0.0, m.message
+        return 0.0, sentence(problem)
 
     def _takes_rng(self) -> bool:
         try:
@@ -219,7 +226,7 @@ class Question:
             return False
         return len(params) >= 2
 
-    def _grade_function(self, answer: Any, seed: int) -> Result:
+    def _grade_function(self, answer: Any, seed: int) -> tuple[float, str]:
         try:
             if self._takes_rng():
                 import numpy as np
@@ -229,23 +236,23 @@ class Question:
             else:
                 out = self.grader(answer)
         except NotImplementedError as e:
-            return self._result(0.0, f"not implemented ({_error_text(e)})")
+            return 0.0, msg("not implemented ({error})", error=error_text(e))
         except Exception as e:  # noqa: BLE001 - student code run by the grader raised
-            return self._result(0.0, f"Your code raised {_error_text(e)}")
+            return 0.0, msg("Your code raised {error}", error=error_text(e))
         if isinstance(out, tuple) and len(out) == 2:
-            frac, msg = out
+            frac, message = out
         else:
-            frac, msg = out, ""
+            frac, message = out, ""
         f = as_number(frac) if not isinstance(frac, bool) else float(frac)
         if f is None or math.isnan(f):
-            return self._result(0.0, f"Grader error: it returned {describe(out)}, not (fraction, message)")
+            return 0.0, msg("Grader error: it returned {got}, not (fraction, message)", got=describe(out))
         f = min(1.0, max(0.0, f))
-        msg = str(msg)
+        text = message if isinstance(message, Message) else str(message)   # any other str subclass: plain
         if f < 1.0:
             for m in self.mistakes:
                 if m.matches(answer, None):
-                    msg = f"{msg} {m.message}".strip()
+                    text = join(text, m.message) if text.strip() else m.message
                     break
-            if not msg:
-                msg = f"{round(f * 100):d}% of the grader's tests passed"
-        return self._result(f, msg)
+            if not text.strip():
+                text = msg("{pct}% of the grader's tests passed", pct=f"{round(f * 100):d}")
+        return f, text

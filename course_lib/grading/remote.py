@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from course_lib.grading import wire
+from course_lib.grading.i18n import msg
 
 MODE_ENV, ANSWERS_ENV, SOCKET_ENV = "COURSE_GRADE_MODE", "COURSE_GRADE_ANSWERS", "COURSE_GRADE_SOCKET"
 
@@ -254,17 +255,22 @@ def source_of(fn: Any) -> str:
 class NotAFunction(ValueError):
     """A function answer the grader cannot run; its message is what the student is told."""
 
+    @property
+    def message(self) -> str:
+        """What the student is told (a translatable :class:`~course_lib.grading.i18n.Message`)."""
+        return self.args[0] if self.args else ""
+
 
 def function_source(fn: Any, usage: str) -> str:
     """The source of a function answer, after the checks every function question makes first: it is
     a function (``usage`` shows the right call), its source can be read, and it is not the stub.
     Raises :class:`NotAFunction` (score 0 with that message) or ``NotImplementedError``."""
     if not callable(fn):
-        raise NotAFunction(f"Pass the function itself ({usage}), not its result.")
+        raise NotAFunction(msg("Pass the function itself ({usage}), not its result.", usage=usage))
     try:
         source = source_of(fn)
     except (OSError, TypeError):
-        raise NotAFunction("Cannot read the function's source: define it with `def` in a notebook cell.") from None
+        raise NotAFunction(msg("Cannot read the function's source: define it with `def` in a notebook cell.")) from None
     if "NotImplementedError" in source and "YOUR CODE HERE" in source:
         raise NotImplementedError("the function body is still the stub")
     return source

@@ -35,6 +35,7 @@ from course_lib.grading.classroom import Submission, default_jobs, discover, gra
 from course_lib.grading._notebook import source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
+from course_lib.grading.i18n import LANG_ENV, check_lang, msg, render
 from course_lib.grading.question import Question
 from course_lib.grading.reports import NotebookGrade, Row, write_reports
 from course_lib.grading.sandbox import INSIDE, STARTUP_LIMIT, Sandbox
@@ -46,8 +47,9 @@ GRADER_ERROR = "grader error: "  # a (notebook) row's message when the grader, n
 
 @dataclass
 class Options:
-    """How a run grades: time limits (s), feedback mode, the seed of the drawn inputs, and the
-    assignment when given on the command line."""
+    """How a run grades: time limits (s), feedback mode, the seed of the drawn inputs, the
+    assignment when given on the command line, and the language of the feedback ("en", "zh":
+    the messages only; scores do not depend on it)."""
 
     timeout_cell: float = 60.0
     timeout_notebook: float = 300.0
@@ -56,6 +58,10 @@ class Options:
     chapter: str | None = None
     bank: str | None = None
     jobs: int = 0   # notebooks graded at once; 0: one per core
+    lang: str = "en"
+
+    def __post_init__(self) -> None:
+        check_lang(self.lang)
 
 
 # --------------------------------------------------------------------------- the assignment
@@ -130,12 +136,14 @@ def _score(q: Question, data: object, channel: remote.Channel | None, opts: Opti
     try:
         answer = wire.decode(data, channel.function if channel else None)
     except (wire.WireError, RecursionError, MemoryError) as e:
-        return Row(q.qid, q.points, 0.0, _one_line(f"error: the recorded answer is malformed ({e})"))
+        return Row(q.qid, q.points, 0.0, _one_line(render(msg("error: the recorded answer is malformed ({error})",
+                                                                error=str(e)), opts.lang)))
     except Exception as e:  # noqa: BLE001 - an answer numpy/torch cannot build costs this question only
-        return Row(q.qid, q.points, 0.0, _one_line(f"error: the recorded answer cannot be read ({type(e).__name__})"))
-    r = q.grade(answer, feedback=opts.feedback, seed=opts.seed)
-    msg = "correct" if r.correct else _one_line(r.message, 300)
-    return Row(q.qid, q.points, r.score, msg)
+        return Row(q.qid, q.points, 0.0, _one_line(render(msg("error: the recorded answer cannot be read ({error})",
+                                                                error=type(e).__name__), opts.lang)))
+    r = q.grade(answer, feedback=opts.feedback, seed=opts.seed, lang=opts.lang)
+    text = render(msg("correct"), opts.lang) if r.correct else _one_line(r.message, 300)
+    return Row(q.qid, q.points, r.score, text)
 
 
 # --------------------------------------------------------------------------- running one sandbox
@@ -162,7 +170,7 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
                 "--timeout-cell", str(opts.timeout_cell),
                 "--harness-timeout", str(opts.timeout_cell + opts.timeout_notebook), *sandbox.limit_args()]
         env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(INSIDE / "out" / "answers.jsonl"),
-               remote.SOCKET_ENV: str(INSIDE / "out" / "grader.sock")}
+               remote.SOCKET_ENV: str(INSIDE / "out" / "grader.sock"), LANG_ENV: opts.lang}
         box = Sandbox(root, argv, env, listen=True)
         started, kernel_at, finished, graded_fns = time.monotonic(), None, True, False
         try:
@@ -270,32 +278,38 @@ def _cell_states(events: list[dict]) -> tuple[dict[int, dict], str | None, int |
 
 def _reason(nb: dict, q: Question, answered: bool, events: list[dict], finished: bool,
             opts: Options) -> str:
-    """Why question ``q`` has no score."""
+    """Why question ``q`` has no score (in ``opts.lang``)."""
+    return _one_line(render(_why(nb, q, answered, events, finished, opts), opts.lang), 300)
+
+
+def _why(nb: dict, q: Question, answered: bool, events: list[dict], finished: bool, opts: Options) -> str:
     if answered:  # a function answer that could not be called
-        return "not graded: the notebook did not reach its end, so your function could not be called"
+        return msg("not graded: the notebook did not reach its end, so your function could not be called")
     states, stop, stop_cell = _cell_states(events)
     c = _check_cell(nb, q.qid)
     last = len(_cells(nb)) - 1
     window = [states[i] for i in sorted(states) if i <= (last if c is None else c)]
     if any(s.get("ename") == "NotImplementedError" for s in window):
-        return "not implemented"
+        return msg("not implemented")
     own = states.get(c) if c is not None else None
     if any(s.get("timeout") for s in window):
-        why = f"a cell at or before it ran past the {fmt_points(opts.timeout_cell)} s cell limit"
+        why = msg("a cell at or before it ran past the {limit} s cell limit", limit=fmt_points(opts.timeout_cell))
     elif not finished and (own is None or own.get("status") == "running"):
-        why = f"the notebook ran past its {fmt_points(opts.timeout_notebook)} s limit before it"
+        why = msg("the notebook ran past its {limit} s limit before it", limit=fmt_points(opts.timeout_notebook))
     elif own is not None and own.get("status") == "error":
-        why = f"its cell raised {own.get('ename')}: {own.get('evalue')}"
+        why = msg("its cell raised {error}", error=f"{own.get('ename')}: {own.get('evalue')}")
     elif stop == "dead" and (c is None or stop_cell is None or c >= stop_cell):
-        where = f" while running cell {stop_cell + 1}" if isinstance(stop_cell, int) and stop_cell >= 0 else ""
-        why = f"the kernel died{where}"
+        if isinstance(stop_cell, int) and stop_cell >= 0:
+            why = msg("the kernel died while running cell {cell}", cell=stop_cell + 1)
+        else:
+            why = msg("the kernel died")
     elif stop and stop.startswith("fail"):
-        why = f"the notebook could not be run: {stop[6:]}"
+        why = msg("the notebook could not be run: {error}", error=stop[6:])
     elif c is not None and c not in states:
-        why = "its cell did not run"
+        why = msg("its cell did not run")
     else:
-        why = f'no check("{q.qid}", ...) call ran'
-    return _one_line(f"not attempted ({why})", 300)
+        why = msg("no {call} call ran", call=f'check("{q.qid}", ...)')
+    return msg("not attempted ({why})", why=why)
 
 
 def _fail(name: str, chapter: str, message: str) -> NotebookGrade:
@@ -321,14 +335,14 @@ def grade_notebook(path: Path, outdir: Path, opts: Options, name: str | None = N
 def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> NotebookGrade:
     chapter = opts.chapter or chapter_for(path.name)
     if chapter is None:
-        return _fail(name, "?", "error: cannot tell the assignment from the file name: name it after "
-                     "its chapter (e.g. 01_flops.ipynb) or pass --chapter")
+        return _fail(name, "?", render(msg("error: cannot tell the assignment from the file name: name it "
+                                           "after its chapter (e.g. 01_flops.ipynb) or pass --chapter"), opts.lang))
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(nb, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
-        return _fail(name, chapter, f"error: not a readable notebook: {e}")
+        return _fail(name, chapter, render(msg("error: not a readable notebook: {error}", error=str(e)), opts.lang))
     try:
         questions = load_bank(chapter, opts.bank)
     except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
@@ -339,7 +353,8 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
     g = NotebookGrade(printable(name), chapter)
     for q in questions:
         if q.qid in answers.revealed:
-            row = Row(q.qid, q.points, 0.0, "revealed with check.reveal in a graded run: 0 points")
+            row = Row(q.qid, q.points, 0.0, render(msg("revealed with check.reveal in a graded run: 0 points"),
+                                                   opts.lang))
         elif q.qid in rows:
             row = rows[q.qid]
         elif q.is_value and q.qid in answers.answers:
@@ -408,7 +423,7 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
 
     grades = grade_all(subs, one, jobs)
     rc = write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
-                       jobs=jobs)
+                       jobs=jobs, lang=opts.lang)
     failed = grader_errors(grades)
     if failed:
         print(f"error: the grader could not run {len(failed)} submission(s) ({', '.join(g.name for g in failed)}): "

@@ -7,7 +7,8 @@ them), and prints what ``check.summary()`` says at the end: each question ✔ co
 the practice feedback of its cell), · not checked (its cell raised, e.g. the stub's
 ``NotImplementedError``, or never ran). A cell that raises does not stop the run, as in grading.
 The notebooks on disk are not changed. Exit status 0 when every question of every notebook is
-fully correct, 1 otherwise, 2 for a usage error (no notebook found).
+fully correct, 1 otherwise, 2 for a usage error (no notebook found). ``--lang zh``: the checks and
+this report speak Chinese (the kernels get ``COURSE_LANG``, which every ``Checker`` reads).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+from course_lib.grading.i18n import LANG_ENV, msg, render
 
 _MARK = "__course_selfcheck__ "
 # Appended as the notebook's last cell: every Checker the notebook made prints its summary, and one
@@ -62,8 +65,9 @@ def wrong_lines(output: str) -> list[str]:
     return wrong
 
 
-def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
-    """Run ``path`` (a copy in memory) in practice mode; (every question correct, the report)."""
+def check_notebook(path: Path, timeout_cell: float = 120.0, lang: str = "en") -> tuple[bool, str]:
+    """Run ``path`` (a copy in memory) in practice mode; (every question correct, the report in
+    ``lang``)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -73,21 +77,23 @@ def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(_SUMMARY_CELL))
     env = {k: v for k, v in os.environ.items() if k != remote.MODE_ENV}   # practice, never graded
+    env[LANG_ENV] = lang
     client = NotebookClient(nb, timeout=timeout_cell, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(path.parent.resolve())}})
     lines = [f"== {path}"]
     try:
         client.execute(env=env)
     except CellTimeoutError:
-        lines.append(f"a cell ran past {timeout_cell:g} s: stopped there (the grader would interrupt it too)")
+        lines.append(render(msg("a cell ran past {limit:g} s: stopped there (the grader would interrupt it too)",
+                                limit=timeout_cell), lang))
     except DeadKernelError:
-        lines.append("the kernel died: stopped there")
+        lines.append(render(msg("the kernel died: stopped there"), lang))
     wrong = []
     for cell in nb.cells[:-1]:
         if cell.cell_type == "code" and "check(" in cell.source:
             wrong += wrong_lines("".join(_texts(cell)))
     if wrong:
-        lines += ["feedback on the wrong answers:", *(f"  {w}" for w in wrong)]
+        lines += [render(msg("feedback on the wrong answers:"), lang), *(f"  {w}" for w in wrong)]
     summaries = []
     for text in _texts(nb.cells[-1]):
         for line in text.splitlines():
@@ -99,15 +105,15 @@ def check_notebook(path: Path, timeout_cell: float = 120.0) -> tuple[bool, str]:
     return ok, "\n".join(lines)
 
 
-def main(paths: list[Path], timeout_cell: float = 120.0) -> int:
+def main(paths: list[Path], timeout_cell: float = 120.0, lang: str = "en") -> int:
     found = notebooks(paths)
     if not found:
         print(f"error: no notebooks (*.ipynb) in {' '.join(map(str, paths))}", file=sys.stderr)
         return 2
     n_ok = 0
     for path in found:
-        ok, report = check_notebook(path, timeout_cell)
+        ok, report = check_notebook(path, timeout_cell, lang)
         n_ok += ok
         print(report, flush=True)
-    print(f"\n{n_ok} of {len(found)} notebook(s) fully correct")
+    print("\n" + render(msg("{n_ok} of {n} notebook(s) fully correct", n_ok=n_ok, n=len(found)), lang))
     return 0 if n_ok == len(found) else 1

@@ -12,6 +12,8 @@ import math
 from numbers import Real
 from typing import Any
 
+from course_lib.grading.i18n import msg
+
 
 def to_plain(x: Any) -> Any:
     """Numpy arrays/scalars and torch tensors -> Python numbers and (nested) lists; tuples stay
@@ -51,11 +53,12 @@ def fmt_points(x: float) -> str:
 
 
 def describe(x: Any) -> str:
-    """Short, deterministic description of an answer of the wrong kind."""
+    """Short, deterministic description of an answer of the wrong kind (a translatable Message
+    where it has words of its own)."""
     if x is None:
-        return "None (did you forget to assign or return the value?)"
+        return msg("None (did you forget to assign or return the value?)")
     if x is Ellipsis:
-        return "... (the placeholder is still there)"
+        return msg("... (the placeholder is still there)")
     if isinstance(x, bool):
         return f"bool {x}"
     if isinstance(x, str):
@@ -64,12 +67,12 @@ def describe(x: Any) -> str:
     if isinstance(x, Real):
         return f"{type(x).__name__} {fmt_num(float(x))}"
     if inspect.isfunction(x) or inspect.ismethod(x) or inspect.isbuiltin(x):
-        return f"function {getattr(x, '__name__', '?')!r} (did you forget to call it?)"
+        return msg("function {name} (did you forget to call it?)", name=repr(getattr(x, "__name__", "?")))
     if isinstance(x, (list, tuple)):
-        return f"{type(x).__name__} of length {len(x)}"
+        return msg("{type} of length {n}", type=type(x).__name__, n=len(x))
     shape = getattr(x, "shape", None)
     if shape is not None:
-        return f"{type(x).__name__} of shape {tuple(shape)}"
+        return msg("{type} of shape {shape}", type=type(x).__name__, shape=tuple(shape))
     return type(x).__name__
 
 
@@ -87,57 +90,66 @@ def _isclose(a: float, e: float, rtol: float, atol: float) -> bool:
 
 
 def _tolerance(rtol: float, atol: float) -> str:
-    parts = []
-    if rtol:
-        parts.append(f"±{rtol * 100:.2g}%")
+    rel, abs_ = f"±{rtol * 100:.2g}%", f"±{fmt_num(atol)}"
+    if rtol and atol:
+        return msg("{rel} or {abs} absolute", rel=rel, abs=abs_)
     if atol:
-        parts.append(f"±{fmt_num(atol)} absolute")
-    return " or ".join(parts) if parts else "exact"
+        return msg("{abs} absolute", abs=abs_)
+    return rel if rtol else msg("exact")
 
 
 def kind_message(a: float, e: float, rtol: float, atol: float) -> str:
     """Why number ``a`` is not ``e`` without telling ``e``: the kind of error only (graded runs)."""
-    tol = f"tolerance {_tolerance(rtol, atol)}"
+    tol = _tolerance(rtol, atol)
     if e == 0 or a == 0 or math.isnan(a) or math.isinf(a):
-        return f"your answer is not within the {tol} of the expected value"
+        return msg("your answer is not within the tolerance {tol} of the expected value", tol=tol)
     r = a / e
     if r < 0:
-        return "your answer has the wrong sign"
+        return msg("your answer has the wrong sign")
     k = round(math.log10(r))
     if k != 0 and math.isclose(r, 10.0 ** k, rel_tol=0.02):
-        return "your answer is off by a power of ten: check units and prefixes (k, M, G, T)"
+        return msg("your answer is off by a power of ten: check units and prefixes (k, M, G, T)")
     if math.isclose(r, 2, rel_tol=0.02) or math.isclose(r, 0.5, rel_tol=0.02):
-        return "your answer is off by a factor of 2"
+        return msg("your answer is off by a factor of 2")
     if 0.9 < r < 1.1:
-        return f"your answer is close (within 10%) but outside the {tol}"
-    return f"your answer is not within the {tol} of the expected value"
+        return msg("your answer is close (within 10%) but outside the tolerance {tol}", tol=tol)
+    return msg("your answer is not within the tolerance {tol} of the expected value", tol=tol)
 
 
 def ratio_message(a: float, e: float, rtol: float, atol: float) -> str:
     """Why number ``a`` is not ``e``: direction and ratio, never only 'wrong'."""
     if math.isnan(a):
-        return "your answer is NaN"
+        return msg("your answer is NaN")
     if math.isinf(a):
-        return "your answer is infinite"
+        return msg("your answer is infinite")
     if e == 0:
-        return f"your answer is {fmt_num(a)}, the expected value is 0"
+        return msg("your answer is {answer}, the expected value is 0", answer=fmt_num(a))
     if a == 0:
-        return "your answer is 0, the expected value is not"
+        return msg("your answer is 0, the expected value is not")
     r = a / e
     if r < 0:
-        return f"your answer has the wrong sign ({_fmt_ratio(r)}× the expected value)"
+        return msg("your answer has the wrong sign ({ratio}× the expected value)", ratio=_fmt_ratio(r))
+    tol = _tolerance(rtol, atol)
     if 0.9 < r < 1.1:
-        pct = (r - 1) * 100
-        side = "above" if pct > 0 else "below"
-        return (f"your answer is {abs(pct):.2g}% {side} the expected value "
-                f"(tolerance {_tolerance(rtol, atol)})")
-    msg = f"your answer is {_fmt_ratio(r)}× the expected value (too {'large' if r > 1 else 'small'})"
+        pct = f"{abs((r - 1) * 100):.2g}"
+        if r > 1:
+            return msg("your answer is {pct}% above the expected value (tolerance {tol})", pct=pct, tol=tol)
+        return msg("your answer is {pct}% below the expected value (tolerance {tol})", pct=pct, tol=tol)
+    ratio = _fmt_ratio(r)
     k = round(math.log10(r))
     if k != 0 and math.isclose(r, 10.0 ** k, rel_tol=0.02):
-        msg += " — a power of ten: check units and prefixes (k, M, G, T)"
-    elif math.isclose(r, 2, rel_tol=0.02) or math.isclose(r, 0.5, rel_tol=0.02):
-        msg += " — a factor of 2"
-    return msg
+        if r > 1:
+            return msg("your answer is {ratio}× the expected value (too large) — a power of ten: "
+                       "check units and prefixes (k, M, G, T)", ratio=ratio)
+        return msg("your answer is {ratio}× the expected value (too small) — a power of ten: "
+                   "check units and prefixes (k, M, G, T)", ratio=ratio)
+    if math.isclose(r, 2, rel_tol=0.02):
+        return msg("your answer is {ratio}× the expected value (too large) — a factor of 2", ratio=ratio)
+    if math.isclose(r, 0.5, rel_tol=0.02):
+        return msg("your answer is {ratio}× the expected value (too small) — a factor of 2", ratio=ratio)
+    if r > 1:
+        return msg("your answer is {ratio}× the expected value (too large)", ratio=ratio)
+    return msg("your answer is {ratio}× the expected value (too small)", ratio=ratio)
 
 
 def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str | None = "", path: str = "",
@@ -150,30 +162,34 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str | None = "",
     values compared. Anything else: ``==``.
     """
     ans, exp = to_plain(ans), to_plain(exp)
-    at = f"at {path}: " if path else ""
+
+    def at(problem: str) -> str:
+        return msg("at {path}: {problem}", path=path, problem=problem) if path else problem
+
     if isinstance(exp, bool):
         a = ans if isinstance(ans, bool) else None
         if a is None:
-            return f"{at}expected True or False, got {describe(ans)}"
-        return None if a == exp else f"{at}{a} is not the right answer"
+            return at(msg("expected True or False, got {got}", got=describe(ans)))
+        return None if a == exp else at(msg("{answer} is not the right answer", answer=a))
     if isinstance(exp, Real):
         a = as_number(ans)
         if a is None:
-            u = f" ({unit.strip('()')})" if unit else ""
-            return f"{at}expected a number{u}, got {describe(ans)}"
+            if unit:
+                return at(msg("expected a number ({unit}), got {got}", unit=unit.strip("()"), got=describe(ans)))
+            return at(msg("expected a number, got {got}", got=describe(ans)))
         if _isclose(a, float(exp), rtol, atol):
             return None
-        return at + (kind_message if graded else ratio_message)(a, float(exp), rtol, atol)
+        return at((kind_message if graded else ratio_message)(a, float(exp), rtol, atol))
     if isinstance(exp, str):
         if not isinstance(ans, str):
-            return f"{at}expected a string, got {describe(ans)}"
+            return at(msg("expected a string, got {got}", got=describe(ans)))
         ok = ans.strip().casefold() == exp.strip().casefold()
-        return None if ok else f"{at}{describe(ans)} is not the answer we expected"
+        return None if ok else at(msg("{got} is not the answer we expected", got=describe(ans)))
     if isinstance(exp, (list, tuple)):
         if not isinstance(ans, (list, tuple)):
-            return f"{at}expected a sequence of {len(exp)} values, got {describe(ans)}"
+            return at(msg("expected a sequence of {n} values, got {got}", n=len(exp), got=describe(ans)))
         if len(ans) != len(exp):
-            return f"{at}expected {len(exp)} values, got {len(ans)}"
+            return at(msg("expected {n} values, got {got}", n=len(exp), got=len(ans)))
         for i, (x, y) in enumerate(zip(ans, exp)):
             m = compare(x, y, rtol, atol, unit, f"{path}[{i}]", graded)
             if m is not None:
@@ -181,20 +197,21 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str | None = "",
         return None
     if isinstance(exp, dict):
         if not isinstance(ans, dict):
-            return f"{at}expected a dict, got {describe(ans)}"
+            return at(msg("expected a dict, got {got}", got=describe(ans)))
         if set(ans) != set(exp):
             missing = sorted(map(str, set(exp) - set(ans)))
             extra = sorted(map(str, set(ans) - set(exp)))
-            return f"{at}keys differ (missing: {', '.join(missing) or '-'}; unexpected: {', '.join(extra) or '-'})"
+            return at(msg("keys differ (missing: {missing}; unexpected: {extra})",
+                          missing=", ".join(missing) or "-", extra=", ".join(extra) or "-"))
         for k in sorted(exp, key=str):
             m = compare(ans[k], exp[k], rtol, atol, unit, f"{path}[{k!r}]", graded)
             if m is not None:
                 return m
         return None
     try:
-        return None if bool(ans == exp) else f"{at}{describe(ans)} is not the answer we expected"
+        return None if bool(ans == exp) else at(msg("{got} is not the answer we expected", got=describe(ans)))
     except Exception as e:  # noqa: BLE001
-        return f"{at}cannot compare {describe(ans)}: {type(e).__name__}: {e}"
+        return at(msg("cannot compare {got}: {error}", got=describe(ans), error=f"{type(e).__name__}: {e}"))
 
 
 def printable(text: Any, limit: int = 300) -> str:
