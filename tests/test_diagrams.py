@@ -14,11 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import comm, diagrams, layout, memory, pipeline  # noqa: E402
+from course_lib import comm, diagrams, faults, layout, memory, pipeline  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
-DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all"]
+DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
+           "checkpoint_restart"]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +147,32 @@ def test_ep_counts_are_the_router_s_choices():
     assert balanced == pytest.approx(k * tokens * (ep - 1) / ep)
 
 
+@pytest.mark.parametrize("save, restart, k", [(120.0, 600.0, 2), (10.0, 0.0, 0), (600.0, 60.0, 1)])
+def test_checkpoint_timeline_is_the_goodput_model(save, restart, k):
+    m = diagrams.llama3_job_mtbf()
+    assert m == faults.cluster_mtbf(m * faults.LLAMA3["n_gpus"], faults.LLAMA3["n_gpus"])
+    tau = faults.optimal_checkpoint_interval(save, m)
+    segs = diagrams.checkpoint_timeline(tau, save, restart, m, failed_period=k)
+    assert segs[0].start == 0 and segs[-1].end == pytest.approx(m)
+    assert all(a.end == pytest.approx(b.start) for a, b in zip(segs, segs[1:]))      # no gap, no overlap
+    lost = [s for s in segs if s.kind == "lost"]
+    assert sum(s.end - s.start for s in lost) == pytest.approx(faults.expected_lost_seconds(tau, save))
+    assert lost[0].start == pytest.approx(k * (tau + save))                          # since the last checkpoint
+    (r,) = [s for s in segs if s.kind == "restart"]
+    assert r.end - r.start == pytest.approx(restart) and r.kept_start == pytest.approx(k * tau)
+    assert all(s.end - s.start <= (tau if s.kind == "train" else save) + 1e-9 for s in segs if s.kind in ("train", "save"))
+    shares = diagrams.goodput_shares(tau, save, restart, m)
+    assert shares["train"] == faults.goodput(tau, save, restart, m) and sum(shares.values()) == pytest.approx(1)
+    assert shares["lost"] == pytest.approx(faults.expected_lost_seconds(tau, save) / m)
+
+
+def test_checkpoint_bar_is_goodput_shares(figures):
+    bar = figures["checkpoint_restart"].axes[2]
+    m = diagrams.llama3_job_mtbf()
+    shares = diagrams.goodput_shares(faults.optimal_checkpoint_interval(120.0, m), 120.0, 600.0, m)
+    assert [p.get_width() for p in bar.patches] == pytest.approx(list(shares.values()))
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -164,3 +191,9 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
         mine = next(g for g in groups[name] if 0 in g)
         said = ", ".join(map(str, mine[:-1])) + " and " + str(mine[-1])     # "0, 4, 8 and 12"
         assert f"ranks {said}" in ch11, said
+    ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
+    m = diagrams.llama3_job_mtbf()
+    tau = faults.optimal_checkpoint_interval(120.0, m)
+    for said in (f"{m / 3600:.1f} hours", f"{tau / 60:.0f} minutes", f"{faults.expected_lost_seconds(tau, 120.0) / 60:.0f} "
+                 f"minutes of cross-hatched", f"goodput {faults.goodput(tau, 120.0, 600.0, m):.1%}".replace("%", " percent")):
+        assert said in ch12, said
