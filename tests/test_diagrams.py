@@ -14,12 +14,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import comm, diagrams, faults, layout, memory, pipeline  # noqa: E402
+from course_lib import comm, diagrams, faults, layout, memory, moe, pipeline  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
-           "checkpoint_restart"]
+           "checkpoint_restart", "moe_routing"]
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +173,21 @@ def test_checkpoint_bar_is_goodput_shares(figures):
     assert [p.get_width() for p in bar.patches] == pytest.approx(list(shares.values()))
 
 
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_routing_example_is_the_routers_decisions(seed):
+    ex = diagrams.routing_example(seed=seed)
+    logits, after = torch.tensor([ex["logits"]]), torch.tensor([ex["logits_after"]])
+    tc = moe.token_choice(logits, top_k=2, capacity_factor=1.0)
+    assert ex["kept"] == tc.kept[0].tolist() and ex["assigned"] == tc.assigned[0].tolist()
+    assert ex["capacity"] == moe.expert_capacity(8, 4, 1.0, 2)
+    assert ex["dropped"] == moe.dropped_tokens(tc.assigned[0].sum(0).tolist(), ex["capacity"]) > 0
+    assert ex["ec_before"] == moe.expert_choice(logits, 1.0, 2).kept[0].tolist()
+    assert ex["ec_after"] == moe.expert_choice(after, 1.0, 2).kept[0].tolist()
+    assert torch.equal(logits[0, :-1], after[0, :-1])                    # only the last token changed
+    assert ex["changed"] and all(i < 7 for i in ex["changed"])         # ... and an earlier one moved
+    assert ex["tc_after_kept"][:-1] == ex["kept"][:-1]                   # token choice, first come: causal
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -191,6 +206,14 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
         mine = next(g for g in groups[name] if 0 in g)
         said = ", ".join(map(str, mine[:-1])) + " and " + str(mine[-1])     # "0, 4, 8 and 12"
         assert f"ranks {said}" in ch11, said
+    ch8 = (book / "08_moe.md").read_text(encoding="utf-8")
+    ex = diagrams.routing_example(seed=2)
+    moved = [(i, x) for i in ex["changed"] for x in range(4) if ex["ec_before"][i][x] != ex["ec_after"][i][x]]
+    dropped_at = sorted({i for i in range(8) for x in range(4) if ex["assigned"][i][x] and not ex["kept"][i][x]})
+    assert moved == [(4, 2)] and dropped_at == [6, 7] and all(ex["ec_after"][7]) and not any(ex["kept"][7])
+    for said in (f"capacity {ex['capacity']}", f"{ex['dropped']} pairs are dropped", "at tokens 6 and 7",
+                 f"exactly {ex['ec_capacity']} tokens", "token 4 has lost its place in expert 2"):
+        assert said in ch8, said
     ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
     m = diagrams.llama3_job_mtbf()
     tau = faults.optimal_checkpoint_interval(120.0, m)

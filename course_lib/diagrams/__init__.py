@@ -14,6 +14,9 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
   sequence parallelism's regions, with ``comm.tp_bytes_per_layer``; :func:`cp_ring` — the
   context-parallel ring and the causal work of a contiguous and a zig-zag split
   (``parallel.context.chunk_ids``).
+* chapter 8 (``routing``): :func:`moe_routing` — token-choice top-k under a capacity limit, the
+  overflow dropped, and expert choice before and after only the last token changes, an earlier
+  token's routing moving with it; from ``moe.token_choice`` and ``moe.expert_choice``.
 * chapter 12 (``checkpoints``): :func:`checkpoint_restart` — one MTBF of a run checkpointing
   every τ, the failure that loses the work since the last complete checkpoint, the restart, and
   the goodput left, from ``faults.goodput``, ``faults.expected_lost_seconds`` and Young's
@@ -25,12 +28,13 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
   ``comm.ep_bytes_per_layer``'s balanced expectation.
 
 Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
-``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, …) that the
+``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, ``routing_example``, …) that the
 tests check against the calculators.
 This is chapter-level code: the core imports none of it.
 """
 from .checkpoints import checkpoint_restart, checkpoint_timeline, goodput_shares, llama3_job_mtbf
 from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
+from .routing import moe_routing, routing_example
 from .schedules import pipeline_schedules, stash_curve
 from .sharding import fsdp_events, fsdp_unit, zero_ownership, zero_stages
 from .tensor import cp_ring, cp_work, tp_split, tp_stages
@@ -38,4 +42,4 @@ from .tensor import cp_ring, cp_work, tp_split, tp_stages
 __all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", "fsdp_unit", "pipeline_schedules",
            "stash_curve", "tp_split", "cp_work", "cp_ring", "mesh_coords", "mesh_groups",
            "layout_mesh", "ep_send_counts", "ep_all_to_all", "llama3_job_mtbf", "checkpoint_timeline",
-           "goodput_shares", "checkpoint_restart"]
+           "goodput_shares", "checkpoint_restart", "routing_example", "moe_routing"]
