@@ -15,11 +15,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from course_lib import comm, diagrams, faults, layout, memory, moe, pipeline  # noqa: E402
+from course_lib.data import dedup  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
-           "checkpoint_restart", "moe_routing"]
+           "checkpoint_restart", "moe_routing", "lsh_banding"]
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +189,24 @@ def test_routing_example_is_the_routers_decisions(seed):
     assert ex["tc_after_kept"][:-1] == ex["kept"][:-1]                   # token choice, first come: causal
 
 
+def test_banded_pairs_are_the_pipeline_s_lsh():
+    from course_lib.data import crawl, parallel
+    b, r, num_perm, k = diagrams.pipeline_banding()
+    defaults = parallel.run_pipeline.__kwdefaults__                              # what stage 2 runs with
+    assert (b, r, num_perm, k) == (defaults["bands"], defaults["rows"], defaults["num_perm"], defaults["k"])
+    a, c = diagrams.banded_pairs()
+    pairs = crawl.edited_pairs(24, max_rate=0.3, seed=0)
+    for pair, target in ((a, 0.9), (c, 0.6)):
+        doc, copy = pairs[pair["index"]]
+        sa, sc = dedup.signature(doc, k, num_perm), dedup.signature(copy, k, num_perm)
+        assert pair["agree"].shape == (b, r) and pair["agree"].mean() == pytest.approx(
+            float((sa[:b * r] == sc[:b * r]).mean()))
+        assert pair["candidate"] == dedup.band_collision(sa, sc, b, r) == bool(pair["hits"])
+        assert pair["p_candidate"] == dedup.s_curve(pair["jaccard"], b, r)
+        assert abs(pair["jaccard"] - target) < 0.05
+    assert a["candidate"] and not c["candidate"] and a["jaccard"] > dedup.lsh_threshold(b, r) > c["jaccard"]
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -214,6 +233,14 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     for said in (f"capacity {ex['capacity']}", f"{ex['dropped']} pairs are dropped", "at tokens 6 and 7",
                  f"exactly {ex['ec_capacity']} tokens", "token 4 has lost its place in expert 2"):
         assert said in ch8, said
+    ch3 = (book / "03_data.md").read_text(encoding="utf-8")
+    b, r, _, _ = diagrams.pipeline_banding()
+    a, c = diagrams.banded_pairs()
+    hits = [str(h + 1) for h in a["hits"]]
+    for said in (f"{b} bands by {r} rows", f"J = {a['jaccard']:.2f}", f"J = {c['jaccard']:.2f}",
+                 f"bands {', '.join(hits[:-1])} and {hits[-1]} agree on all {r} rows",
+                 f"J* ≈ {dedup.lsh_threshold(b, r):.2f}", f"pair B at {c['p_candidate']:.2f}"):
+        assert said in ch3, said
     ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
     m = diagrams.llama3_job_mtbf()
     tau = faults.optimal_checkpoint_interval(120.0, m)

@@ -4,6 +4,9 @@ numbers the chapters compute.
 Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito colours, text of
 8 pt or more at 6.4 in wide) and reads what it draws from the code the chapter tests:
 
+* chapter 3 (``banding``): :func:`lsh_banding` — two edited pairs' MinHash signatures cut into
+  the pipeline's bands and rows (``data.parallel.run_pipeline``'s defaults), the bands that make
+  a candidate, beside ``data.dedup.s_curve`` and its ``lsh_threshold``.
 * chapter 4 (``sharding``): :func:`zero_stages` — who owns which shard of the weights, gradients
   and optimizer state under DP and ZeRO-1/2/3, from ``memory.zero_memory_breakdown`` and
   ``comm.zero_bytes_per_step``; :func:`fsdp_unit` — an FSDP unit's gather, compute, free, with
@@ -28,10 +31,12 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
   ``comm.ep_bytes_per_layer``'s balanced expectation.
 
 Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
-``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, ``routing_example``, …) that the
+``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, ``routing_example``, ``banded_pairs``,
+…) that the
 tests check against the calculators.
 This is chapter-level code: the core imports none of it.
 """
+from .banding import banded_pairs, lsh_banding, pipeline_banding
 from .checkpoints import checkpoint_restart, checkpoint_timeline, goodput_shares, llama3_job_mtbf
 from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
 from .routing import moe_routing, routing_example
@@ -42,4 +47,5 @@ from .tensor import cp_ring, cp_work, tp_split, tp_stages
 __all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", "fsdp_unit", "pipeline_schedules",
            "stash_curve", "tp_split", "cp_work", "cp_ring", "mesh_coords", "mesh_groups",
            "layout_mesh", "ep_send_counts", "ep_all_to_all", "llama3_job_mtbf", "checkpoint_timeline",
-           "goodput_shares", "checkpoint_restart", "routing_example", "moe_routing"]
+           "goodput_shares", "checkpoint_restart", "routing_example", "moe_routing",
+           "pipeline_banding", "banded_pairs", "lsh_banding"]
