@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -20,7 +21,8 @@ from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
-           "checkpoint_restart", "moe_routing", "lsh_banding"]
+           "checkpoint_restart", "moe_routing", "lsh_banding",
+           "pipeline_rl_inflight"]
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +209,33 @@ def test_banded_pairs_are_the_pipeline_s_lsh():
     assert a["candidate"] and not c["candidate"] and a["jaccard"] > dedup.lsh_threshold(b, r) > c["jaccard"]
 
 
+@pytest.mark.parametrize("batch, max_lag", [(8, 4), (16, None)])
+def test_inflight_sequences_are_the_simulator_s_lags(batch, max_lag):
+    from course_lib.rl import simulate as sim
+    from course_lib.rl.task import LengthDist
+    args = ("pipeline", LengthDist.lab(), 2, 4, batch, 12, 1.3e-3, 9e-3, 0.5e-3, 0.2e-3)
+    tr = sim.simulate(*args, max_lag=max_lag, record=True)
+    plain = sim.simulate(*args, max_lag=max_lag)                    # recording changes nothing
+    assert np.array_equal(tr.lag_tokens, plain.lag_tokens) and np.array_equal(tr.seq_lag, plain.seq_lag)
+    seqs = diagrams.inflight_sequences(tr)
+    assert [len(s["spans"]) for s in seqs] == tr.seq_versions.tolist()
+    lag_tokens = np.zeros_like(tr.lag_tokens)
+    cs, cv = tr.stats["versions"]
+    for s in seqs:
+        assert s["spans"][0][1] == s["start"] and s["spans"][-1][2] == s["end"]
+        assert all(a[2] == b[1] and b[1] in cs for a, b in zip(s["spans"], s["spans"][1:]))   # cut at a swap
+        for version, a, b, lag in s["spans"]:
+            assert lag == s["trained_by"] - version >= 0
+            lag_tokens[lag] += b - a
+    assert np.array_equal(lag_tokens, tr.lag_tokens)                  # every trained token, its lag
+    by_slot: dict[int, list] = {}
+    for s in seqs:
+        by_slot.setdefault(s["slot"], []).append((s["start"], s["end"]))
+    for spans in by_slot.values():                                    # a slot writes one sequence at a time
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -241,6 +270,20 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
                  f"bands {', '.join(hits[:-1])} and {hits[-1]} agree on all {r} rows",
                  f"J* ≈ {dedup.lsh_threshold(b, r):.2f}", f"pair B at {c['p_candidate']:.2f}"):
         assert said in ch3, said
+    ch10 = (book / "10_pipeline_rl.md").read_text(encoding="utf-8")
+    from course_lib.rl.task import LengthDist
+    run = diagrams.inflight_run(2, 4, 8, 6, LengthDist.lab(), t_decode=1.3e-3, t_train=9e-3, t_publish=0.5e-3,
+                                t_swap=0.2e-3)
+    cs, cv = run["trace"].stats["versions"]
+    shown = [v for c, v in zip(cs, cv) if 0 < c < run["x_max"]]
+    top = max(lag for s in run["sequences"] for *_, lag in s["spans"])
+    lo = run["longest"]
+    versions = [v for v, *_ in lo["spans"]]
+    for said in (f"over {run['x_max']} decode steps", f"versions {shown[0]} to {shown[-1]} arrive", f"(lag {top})",
+                 f"Actor {lo['slot'] // 4}, slot {lo['slot'] % 4} writes one answer from step {lo['start']} to step "
+                 f"{lo['end']} under {len(versions)} versions, {versions[0]} to {versions[-1]}",
+                 f"on average {run['trace'].mean_lag():.2f} versions old"):
+        assert said in ch10, said
     ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
     m = diagrams.llama3_job_mtbf()
     tau = faults.optimal_checkpoint_interval(120.0, m)

@@ -24,6 +24,9 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
   every τ, the failure that loses the work since the last complete checkpoint, the restart, and
   the goodput left, from ``faults.goodput``, ``faults.expected_lost_seconds`` and Young's
   ``faults.optimal_checkpoint_interval``.
+* chapter 10 (``inflight``): :func:`pipeline_rl_inflight` — PipelineRL's generator slots
+  sequence by sequence, each stretch labelled with the weight version that wrote it and shaded by
+  its lag when trained, from the simulator ``rl.simulate.simulate(record=True)``.
 * chapters 11 and 13 (``mesh``): :func:`layout_mesh` — a layout's ranks over nodes, TP fastest,
   then CP, PP, DP, as ``layout`` numbers them.
 * chapter 14 (``mesh``): :func:`ep_all_to_all` — who sends how many (token, expert) pairs to whom
@@ -32,12 +35,13 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
 
 Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
 ``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, ``routing_example``, ``banded_pairs``,
-…) that the
+``inflight_sequences``, …) that the
 tests check against the calculators.
 This is chapter-level code: the core imports none of it.
 """
 from .banding import banded_pairs, lsh_banding, pipeline_banding
 from .checkpoints import checkpoint_restart, checkpoint_timeline, goodput_shares, llama3_job_mtbf
+from .inflight import inflight_run, inflight_sequences, pipeline_rl_inflight
 from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
 from .routing import moe_routing, routing_example
 from .schedules import pipeline_schedules, stash_curve
@@ -48,4 +52,5 @@ __all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", 
            "stash_curve", "tp_split", "cp_work", "cp_ring", "mesh_coords", "mesh_groups",
            "layout_mesh", "ep_send_counts", "ep_all_to_all", "llama3_job_mtbf", "checkpoint_timeline",
            "goodput_shares", "checkpoint_restart", "routing_example", "moe_routing",
-           "pipeline_banding", "banded_pairs", "lsh_banding"]
+           "pipeline_banding", "banded_pairs", "lsh_banding", "inflight_sequences", "inflight_run",
+           "pipeline_rl_inflight"]
