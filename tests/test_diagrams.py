@@ -22,7 +22,7 @@ from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
            "checkpoint_restart", "moe_routing", "lsh_banding",
-           "pipeline_rl_inflight"]
+           "pipeline_rl_inflight", "rollback_and_skip"]
 
 
 @pytest.fixture(scope="module")
@@ -236,6 +236,20 @@ def test_inflight_sequences_are_the_simulator_s_lags(batch, max_lag):
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 
+def test_rollback_trace_is_what_the_guarded_run_did():
+    from course_lib.stability import ablation, spikes
+    tr = diagrams.rollback_trace()
+    k, plan = tr["spike"], tr["plan"]
+    assert tr["guard"] == spikes.GuardConfig()                                   # the chapter's settings
+    assert (tr["steps"][k + 1], tr["positions"][k + 1]) == (plan.restore_step, plan.resume_position)
+    first = tr["steps"].index(plan.restore_step)
+    assert [i for i, a in enumerate(tr["abandoned"][:k + 1]) if a] == list(range(first, k + 1))
+    assert plan.restore_position <= ablation.CORRUPT[0] and plan.resume_position >= ablation.CORRUPT[1]
+    events = ablation.load()["guarded"]["events"]
+    assert any(f"ROLLBACK to step {plan.restore_step}," in e and f"({plan.skipped_batches} batches)" in e for e in events)
+    assert all(s % tr["guard"].ckpt_every == 0 for _, s, _ in tr["checkpoints"])
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -284,6 +298,15 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
                  f"{lo['end']} under {len(versions)} versions, {versions[0]} to {versions[-1]}",
                  f"on average {run['trace'].mean_lag():.2f} versions old"):
         assert said in ch10, said
+    ch6 = (book / "06_stability.md").read_text(encoding="utf-8")
+    tr = diagrams.rollback_trace()
+    k, plan = tr["spike"], tr["plan"]
+    for said in (f"from {k - 22} to {min(len(tr['steps']), k + 40) - 1}", f"jumps at step {tr['steps'][k]}",
+                 f"the {sum(tr['abandoned'][:k + 1])} steps", f"every {tr['guard'].ckpt_every} steps",
+                 f"falls back to {plan.restore_step}", f"rising with it to {tr['positions'][k]}, then jumping to "
+                 f"{plan.resume_position}", f"skipped positions {plan.restore_position} to {plan.resume_position - 1}",
+                 f"corrupted positions {tr['corrupt'][0]} to {tr['corrupt'][1] - 1}"):
+        assert said in ch6, said
     ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
     m = diagrams.llama3_job_mtbf()
     tau = faults.optimal_checkpoint_interval(120.0, m)

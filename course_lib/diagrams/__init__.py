@@ -17,6 +17,9 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
   sequence parallelism's regions, with ``comm.tp_bytes_per_layer``; :func:`cp_ring` — the
   context-parallel ring and the causal work of a contiguous and a zig-zag split
   (``parallel.context.chunk_ids``).
+* chapter 6 (``rollback``): :func:`rollback_and_skip` — a loss spike, the rollback to a
+  checkpoint from before it and the skip past its data, the step counter and the data position
+  parting ways; from the cached guarded run and ``stability.spikes.plan_rollback``.
 * chapter 8 (``routing``): :func:`moe_routing` — token-choice top-k under a capacity limit, the
   overflow dropped, and expert choice before and after only the last token changes, an earlier
   token's routing moving with it; from ``moe.token_choice`` and ``moe.expert_choice``.
@@ -35,7 +38,7 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
 
 Every drawer has a data function beside it (``zero_ownership``, ``fsdp_events``,
 ``mesh_coords``, ``ep_send_counts``, ``checkpoint_timeline``, ``goodput_shares``, ``routing_example``, ``banded_pairs``,
-``inflight_sequences``, …) that the
+``inflight_sequences``, ``rollback_trace``, …) that the
 tests check against the calculators.
 This is chapter-level code: the core imports none of it.
 """
@@ -43,6 +46,7 @@ from .banding import banded_pairs, lsh_banding, pipeline_banding
 from .checkpoints import checkpoint_restart, checkpoint_timeline, goodput_shares, llama3_job_mtbf
 from .inflight import inflight_run, inflight_sequences, pipeline_rl_inflight
 from .mesh import DIMS, ep_all_to_all, ep_send_counts, layout_mesh, mesh_coords, mesh_groups
+from .rollback import rollback_and_skip, rollback_trace
 from .routing import moe_routing, routing_example
 from .schedules import pipeline_schedules, stash_curve
 from .sharding import fsdp_events, fsdp_unit, zero_ownership, zero_stages
@@ -53,4 +57,4 @@ __all__ = ["DIMS", "tp_stages", "zero_ownership", "zero_stages", "fsdp_events", 
            "layout_mesh", "ep_send_counts", "ep_all_to_all", "llama3_job_mtbf", "checkpoint_timeline",
            "goodput_shares", "checkpoint_restart", "routing_example", "moe_routing",
            "pipeline_banding", "banded_pairs", "lsh_banding", "inflight_sequences", "inflight_run",
-           "pipeline_rl_inflight"]
+           "pipeline_rl_inflight", "rollback_trace", "rollback_and_skip"]
