@@ -1,7 +1,9 @@
 """The concept diagrams (course_lib.diagrams) draw what the calculators compute: ownership from
 memory's ZeRO stages, FSDP's bytes from comm, pipeline boxes from the simulator's events, the
-mesh from layout's rank order, the all-to-all from the router's choices. Cheap: no canvas is
-rendered (about 2 s with the imports)."""
+mesh from layout's rank order, the all-to-all and the routing grids from the routers' choices,
+the LSH bands from the pipeline's own signatures, PipelineRL's versions from the simulator's record,
+the rollback from the cached guarded run, the goodput bar from faults. Cheap: no canvas is rendered
+(a few seconds with the imports)."""
 from __future__ import annotations
 
 import math
