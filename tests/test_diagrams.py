@@ -1,12 +1,15 @@
 """The concept diagrams (course_lib.diagrams) draw what the calculators compute: ownership from
 memory's ZeRO stages, FSDP's bytes from comm, pipeline boxes from the simulator's events, the
-mesh from layout's rank order, the all-to-all from the router's choices. Cheap: no canvas is
-rendered (about 2 s with the imports)."""
+mesh from layout's rank order, the all-to-all and the routing grids from the routers' choices,
+the LSH bands from the pipeline's own signatures, PipelineRL's versions from the simulator's record,
+the rollback from the cached guarded run, the goodput bar from faults. Cheap: no canvas is rendered
+(a few seconds with the imports)."""
 from __future__ import annotations
 
 import math
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -14,11 +17,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import comm, diagrams, layout, memory, pipeline  # noqa: E402
+from course_lib import comm, diagrams, faults, layout, memory, moe, pipeline  # noqa: E402
+from course_lib.data import dedup  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
-DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all"]
+DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
+           "checkpoint_restart", "moe_routing", "lsh_banding",
+           "pipeline_rl_inflight", "rollback_and_skip"]
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +152,106 @@ def test_ep_counts_are_the_router_s_choices():
     assert balanced == pytest.approx(k * tokens * (ep - 1) / ep)
 
 
+@pytest.mark.parametrize("save, restart, k", [(120.0, 600.0, 2), (10.0, 0.0, 0), (600.0, 60.0, 1)])
+def test_checkpoint_timeline_is_the_goodput_model(save, restart, k):
+    m = diagrams.llama3_job_mtbf()
+    assert m == faults.cluster_mtbf(m * faults.LLAMA3["n_gpus"], faults.LLAMA3["n_gpus"])
+    tau = faults.optimal_checkpoint_interval(save, m)
+    segs = diagrams.checkpoint_timeline(tau, save, restart, m, failed_period=k)
+    assert segs[0].start == 0 and segs[-1].end == pytest.approx(m)
+    assert all(a.end == pytest.approx(b.start) for a, b in zip(segs, segs[1:]))      # no gap, no overlap
+    lost = [s for s in segs if s.kind == "lost"]
+    assert sum(s.end - s.start for s in lost) == pytest.approx(faults.expected_lost_seconds(tau, save))
+    assert lost[0].start == pytest.approx(k * (tau + save))                          # since the last checkpoint
+    (r,) = [s for s in segs if s.kind == "restart"]
+    assert r.end - r.start == pytest.approx(restart) and r.kept_start == pytest.approx(k * tau)
+    assert all(s.end - s.start <= (tau if s.kind == "train" else save) + 1e-9 for s in segs if s.kind in ("train", "save"))
+    shares = diagrams.goodput_shares(tau, save, restart, m)
+    assert shares["train"] == faults.goodput(tau, save, restart, m) and sum(shares.values()) == pytest.approx(1)
+    assert shares["lost"] == pytest.approx(faults.expected_lost_seconds(tau, save) / m)
+
+
+def test_checkpoint_bar_is_goodput_shares(figures):
+    bar = figures["checkpoint_restart"].axes[2]
+    m = diagrams.llama3_job_mtbf()
+    shares = diagrams.goodput_shares(faults.optimal_checkpoint_interval(120.0, m), 120.0, 600.0, m)
+    assert [p.get_width() for p in bar.patches] == pytest.approx(list(shares.values()))
+
+
+@pytest.mark.parametrize("seed", [0, 2, 5])
+def test_routing_example_is_the_routers_decisions(seed):
+    ex = diagrams.routing_example(seed=seed)
+    logits, after = torch.tensor([ex["logits"]]), torch.tensor([ex["logits_after"]])
+    tc = moe.token_choice(logits, top_k=2, capacity_factor=1.0)
+    assert ex["kept"] == tc.kept[0].tolist() and ex["assigned"] == tc.assigned[0].tolist()
+    assert ex["capacity"] == moe.expert_capacity(8, 4, 1.0, 2)
+    assert ex["dropped"] == moe.dropped_tokens(tc.assigned[0].sum(0).tolist(), ex["capacity"]) > 0
+    assert ex["ec_before"] == moe.expert_choice(logits, 1.0, 2).kept[0].tolist()
+    assert ex["ec_after"] == moe.expert_choice(after, 1.0, 2).kept[0].tolist()
+    assert torch.equal(logits[0, :-1], after[0, :-1])                    # only the last token changed
+    assert ex["changed"] and all(i < 7 for i in ex["changed"])         # ... and an earlier one moved
+    assert ex["tc_after_kept"][:-1] == ex["kept"][:-1]                   # token choice, first come: causal
+
+
+def test_banded_pairs_are_the_pipeline_s_lsh():
+    from course_lib.data import crawl, parallel
+    b, r, num_perm, k = diagrams.pipeline_banding()
+    defaults = parallel.run_pipeline.__kwdefaults__                              # what stage 2 runs with
+    assert (b, r, num_perm, k) == (defaults["bands"], defaults["rows"], defaults["num_perm"], defaults["k"])
+    a, c = diagrams.banded_pairs()
+    pairs = crawl.edited_pairs(24, max_rate=0.3, seed=0)
+    for pair, target in ((a, 0.9), (c, 0.6)):
+        doc, copy = pairs[pair["index"]]
+        sa, sc = dedup.signature(doc, k, num_perm), dedup.signature(copy, k, num_perm)
+        assert pair["agree"].shape == (b, r) and pair["agree"].mean() == pytest.approx(
+            float((sa[:b * r] == sc[:b * r]).mean()))
+        assert pair["candidate"] == dedup.band_collision(sa, sc, b, r) == bool(pair["hits"])
+        assert pair["p_candidate"] == dedup.s_curve(pair["jaccard"], b, r)
+        assert abs(pair["jaccard"] - target) < 0.05
+    assert a["candidate"] and not c["candidate"] and a["jaccard"] > dedup.lsh_threshold(b, r) > c["jaccard"]
+
+
+@pytest.mark.parametrize("batch, max_lag", [(8, 4), (16, None)])
+def test_inflight_sequences_are_the_simulator_s_lags(batch, max_lag):
+    from course_lib.rl import simulate as sim
+    from course_lib.rl.task import LengthDist
+    args = ("pipeline", LengthDist.lab(), 2, 4, batch, 12, 1.3e-3, 9e-3, 0.5e-3, 0.2e-3)
+    tr = sim.simulate(*args, max_lag=max_lag, record=True)
+    plain = sim.simulate(*args, max_lag=max_lag)                    # recording changes nothing
+    assert np.array_equal(tr.lag_tokens, plain.lag_tokens) and np.array_equal(tr.seq_lag, plain.seq_lag)
+    seqs = diagrams.inflight_sequences(tr)
+    assert [len(s["spans"]) for s in seqs] == tr.seq_versions.tolist()
+    lag_tokens = np.zeros_like(tr.lag_tokens)
+    cs, cv = tr.stats["versions"]
+    for s in seqs:
+        assert s["spans"][0][1] == s["start"] and s["spans"][-1][2] == s["end"]
+        assert all(a[2] == b[1] and b[1] in cs for a, b in zip(s["spans"], s["spans"][1:]))   # cut at a swap
+        for version, a, b, lag in s["spans"]:
+            assert lag == s["trained_by"] - version >= 0
+            lag_tokens[lag] += b - a
+    assert np.array_equal(lag_tokens, tr.lag_tokens)                  # every trained token, its lag
+    by_slot: dict[int, list] = {}
+    for s in seqs:
+        by_slot.setdefault(s["slot"], []).append((s["start"], s["end"]))
+    for spans in by_slot.values():                                    # a slot writes one sequence at a time
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_rollback_trace_is_what_the_guarded_run_did():
+    from course_lib.stability import ablation, spikes
+    tr = diagrams.rollback_trace()
+    k, plan = tr["spike"], tr["plan"]
+    assert tr["guard"] == spikes.GuardConfig()                                   # the chapter's settings
+    assert (tr["steps"][k + 1], tr["positions"][k + 1]) == (plan.restore_step, plan.resume_position)
+    first = tr["steps"].index(plan.restore_step)
+    assert [i for i, a in enumerate(tr["abandoned"][:k + 1]) if a] == list(range(first, k + 1))
+    assert plan.restore_position <= ablation.CORRUPT[0] and plan.resume_position >= ablation.CORRUPT[1]
+    events = ablation.load()["guarded"]["events"]
+    assert any(f"ROLLBACK to step {plan.restore_step}," in e and f"({plan.skipped_batches} batches)" in e for e in events)
+    assert all(s % tr["guard"].ckpt_every == 0 for _, s, _ in tr["checkpoints"])
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -164,3 +270,48 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
         mine = next(g for g in groups[name] if 0 in g)
         said = ", ".join(map(str, mine[:-1])) + " and " + str(mine[-1])     # "0, 4, 8 and 12"
         assert f"ranks {said}" in ch11, said
+    ch8 = (book / "08_moe.md").read_text(encoding="utf-8")
+    ex = diagrams.routing_example(seed=2)
+    moved = [(i, x) for i in ex["changed"] for x in range(4) if ex["ec_before"][i][x] != ex["ec_after"][i][x]]
+    dropped_at = sorted({i for i in range(8) for x in range(4) if ex["assigned"][i][x] and not ex["kept"][i][x]})
+    assert moved == [(4, 2)] and dropped_at == [6, 7] and all(ex["ec_after"][7]) and not any(ex["kept"][7])
+    for said in (f"capacity {ex['capacity']}", f"{ex['dropped']} pairs are dropped", "at tokens 6 and 7",
+                 f"exactly {ex['ec_capacity']} tokens", "token 4 has lost its place in expert 2"):
+        assert said in ch8, said
+    ch3 = (book / "03_data.md").read_text(encoding="utf-8")
+    b, r, _, _ = diagrams.pipeline_banding()
+    a, c = diagrams.banded_pairs()
+    hits = [str(h + 1) for h in a["hits"]]
+    for said in (f"{b} bands by {r} rows", f"J = {a['jaccard']:.2f}", f"J = {c['jaccard']:.2f}",
+                 f"bands {', '.join(hits[:-1])} and {hits[-1]} agree on all {r} rows",
+                 f"J* ≈ {dedup.lsh_threshold(b, r):.2f}", f"pair B at {c['p_candidate']:.2f}"):
+        assert said in ch3, said
+    ch10 = (book / "10_pipeline_rl.md").read_text(encoding="utf-8")
+    from course_lib.rl.task import LengthDist
+    run = diagrams.inflight_run(2, 4, 8, 6, LengthDist.lab(), t_decode=1.3e-3, t_train=9e-3, t_publish=0.5e-3,
+                                t_swap=0.2e-3)
+    cs, cv = run["trace"].stats["versions"]
+    shown = [v for c, v in zip(cs, cv) if 0 < c < run["x_max"]]
+    top = max(lag for s in run["sequences"] for *_, lag in s["spans"])
+    lo = run["longest"]
+    versions = [v for v, *_ in lo["spans"]]
+    for said in (f"over {run['x_max']} decode steps", f"versions {shown[0]} to {shown[-1]} arrive", f"(lag {top})",
+                 f"Actor {lo['slot'] // 4}, slot {lo['slot'] % 4} writes one answer from step {lo['start']} to step "
+                 f"{lo['end']} under {len(versions)} versions, {versions[0]} to {versions[-1]}",
+                 f"on average {run['trace'].mean_lag():.2f} versions old"):
+        assert said in ch10, said
+    ch6 = (book / "06_stability.md").read_text(encoding="utf-8")
+    tr = diagrams.rollback_trace()
+    k, plan = tr["spike"], tr["plan"]
+    for said in (f"from {k - 22} to {min(len(tr['steps']), k + 40) - 1}", f"jumps at step {tr['steps'][k]}",
+                 f"the {sum(tr['abandoned'][:k + 1])} steps", f"every {tr['guard'].ckpt_every} steps",
+                 f"falls back to {plan.restore_step}", f"rising with it to {tr['positions'][k]}, then jumping to "
+                 f"{plan.resume_position}", f"skipped positions {plan.restore_position} to {plan.resume_position - 1}",
+                 f"corrupted positions {tr['corrupt'][0]} to {tr['corrupt'][1] - 1}"):
+        assert said in ch6, said
+    ch12 = (book / "12_failures.md").read_text(encoding="utf-8")
+    m = diagrams.llama3_job_mtbf()
+    tau = faults.optimal_checkpoint_interval(120.0, m)
+    for said in (f"{m / 3600:.1f} hours", f"{tau / 60:.0f} minutes", f"{faults.expected_lost_seconds(tau, 120.0) / 60:.0f} "
+                 f"minutes of cross-hatched", f"goodput {faults.goodput(tau, 120.0, 600.0, m):.1%}".replace("%", " percent")):
+        assert said in ch12, said

@@ -112,7 +112,7 @@ def rl_worker(ctx, mode: str = "pipeline", steps: int = 60, slots: int = 4, batc
     shape = shape or {}
     if ctx.rank == 0:
         return _learner(ctx, wg, mode, steps, slots, batch, max_len, lr, clip, shape)
-    lengths = lengths or task.LengthDist.power_law(4, max_len, 1.2)
+    lengths = lengths or task.LengthDist.lab(max_len)
     return _Actor(ctx, wg, mode, slots, batch, lengths, max_len, seed, max_lag, shape).run()
 
 
@@ -137,7 +137,7 @@ def run(mode: str, n_actors: int = 2, steps: int = 60, slots: int = 4, batch: in
     batch = positive_int("batch", batch) if batch is not None else n_actors * slots
     if batch % n_actors:
         raise ValueError(f"batch must be a multiple of n_actors={n_actors}, got {batch}")
-    lengths = lengths or task.LengthDist.power_law(4, max_len, 1.2)
+    lengths = lengths or task.LengthDist.lab(max_len)
     if max(lengths.lengths) > positive_int("max_len", max_len):
         raise ValueError(f"lengths go up to {max(lengths.lengths)} > max_len={max_len}")
     res = launch(rl_worker, 1 + n_actors, timeout=positive("timeout", timeout), threads_per_rank=1,

@@ -80,7 +80,7 @@ def _token_lags(s0: int, s1: int, trained_at: int, cs: list[int], cv: list[int])
 
 def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int, steps: int,
              t_decode: float, t_train: float, t_publish: float = 0.0, t_swap: float = 0.0,
-             max_lag: int | None = 4, seed: int = 0) -> Trace:
+             max_lag: int | None = 4, seed: int = 0, record: bool = False) -> Trace:
     """Discrete-event simulation of ``steps`` optimizer steps of the three modes.
 
     Same rules as the real processes: ``n_actors`` generators with ``slots`` sequences each,
@@ -95,6 +95,12 @@ def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int,
     (None: never throttled). Weights that arrive during a round of a static mode wait for its
     end (their load time ``t_swap`` is not simulated there). Problems come from the same seeded
     streams as the real actors'.
+
+    ``record=True`` also keeps, in ``stats``, what a per-sequence picture needs, in global decode
+    steps (all actors step together): ``"sequences"``, one (slot, first step, end step, optimizer
+    step that trained it) per trained sequence; ``"versions"``, the steps
+    at which each weight version took effect and its number; ``"batches"``, the step at which
+    each optimizer step took its batch.
     """
     mode = choice("mode", mode, MODES)
     n, S, B = positive_int("n_actors", n_actors), positive_int("slots", slots), positive_int("batch", batch)
@@ -118,6 +124,8 @@ def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int,
     seq_versions, seq_lengths, seq_lag = [], [], []
     now, gs, version, done, busy_until = 0.0, 0, 0, 0, None
     arrivals: list[tuple[float, int]] = []
+    trained: list[tuple[int, int, int, int]] = []        # record=True: (slot, s0, s1, step)
+    taken: list[int] = []                                # the decode step each batch was taken at
 
     def start(i: int) -> None:
         a = i // S
@@ -173,7 +181,10 @@ def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int,
             else:
                 take = None
             if take is not None:
-                for s0, s1, v0 in take:
+                taken.append(gs)
+                for s0, s1, v0, slot in take:
+                    if record:
+                        trained.append((slot, s0, s1, done))
                     parts = (_token_lags(s0, s1, done, cs, cv) if mode == "pipeline"
                              else [(done - v0, s1 - s0)])
                     for k, c in parts:
@@ -195,7 +206,7 @@ def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int,
             gs, now = gs + k, now + k * t_decode
             for i in np.nonzero(active & (remaining == 0))[0]:
                 active[i] = False
-                queues[0 if mode == "pipeline" else i // S].append((int(s_start[i]), gs, int(v_start[i])))
+                queues[0 if mode == "pipeline" else i // S].append((int(s_start[i]), gs, int(v_start[i]), int(i)))
         elif events:
             now = max(now, min(events))
         else:
@@ -206,9 +217,11 @@ def simulate(mode: str, dist: LengthDist, n_actors: int, slots: int, batch: int,
     lag_tokens = np.zeros(max(lag) + 1 if lag else 1)
     for k, c in lag.items():
         lag_tokens[k] = c
+    stats = {"t_decode": t_decode, "t_train": t_train, "simulated": True}
+    if record:
+        stats.update(sequences=trained, versions=(list(cs), list(cv)), batches=taken)
     return Trace(mode, n, S, B, (0.0, train[-1][1]), arr, np.asarray(train, float), np.full(len(train), np.nan),
-                 lag_tokens, np.asarray(seq_versions), np.asarray(seq_lengths), np.asarray(seq_lag),
-                 {"t_decode": t_decode, "t_train": t_train, "simulated": True})
+                 lag_tokens, np.asarray(seq_versions), np.asarray(seq_lengths), np.asarray(seq_lag), stats)
 
 
 def replay(trace: Trace, dist: LengthDist, seed: int = 0, **changes) -> Trace:

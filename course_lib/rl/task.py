@@ -76,6 +76,12 @@ class LengthDist:
         return cls(tuple(int(x) for x in ls), tuple(float(x) for x in p / p.sum()))
 
     @classmethod
+    def lab(cls, max_len: int = 64) -> LengthDist:
+        """The lab's response lengths, what ``actors.run`` draws unless told otherwise: a power
+        law from 4 tokens to ``max_len`` with alpha 1.2 (most answers short, a tail to the limit)."""
+        return cls.power_law(4, max_len, 1.2)
+
+    @classmethod
     def constant(cls, length: int) -> LengthDist:
         """Every response has the same length (no stragglers)."""
         return cls((positive_int("length", length),), (1.0,))
