@@ -214,3 +214,28 @@ def test_the_students_handout_rewrites_the_chinese_home_page_too() -> None:
     assert "[练习](../../exercises/01_flops.ipynb)" in text and "`make check`" in text
     assert "答案" not in text and "solutions/" not in text
     assert set(fonts.CJK.findall(text)) <= fonts.font_chars(fonts.SUBSET)
+
+
+def test_a_figure_named_by_the_english_cell_gets_the_zh_prefix_on_the_twin() -> None:
+    """The twin runs the English cell, name included: its figure label must not collide."""
+    from types import SimpleNamespace
+
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.parsers.rst import Parser
+    from docutils.utils import new_document
+
+    def page(docname: str) -> nodes.document:
+        settings = get_default_settings(Parser)
+        settings.env = SimpleNamespace(docname=docname)
+        doc = new_document(docname, settings)
+        for name in ("fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"):
+            figure = nodes.figure(ids=[name], names=[name])
+            doc += figure
+            doc.note_explicit_target(figure, figure)
+        editions.TwinFigureLabels(doc).apply()
+        return doc
+    zh, en = page("book/zh/04_dp_fsdp"), page("book/04_dp_fsdp")
+    assert set(zh.nameids) == {"zh-fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}
+    assert zh.ids["fig-04-fsdp-unit"]["names"] == ["zh-fig-04-fsdp-unit"]    # same HTML anchor
+    assert set(en.nameids) == {"fig-04-fsdp-unit", "fig-book-zh-04_dp_fsdp-1"}

@@ -158,13 +158,37 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"1 \+ 1 \+ … \+ 1", "chapter 7's title"),
     ],
     "zh/01_flops.md": [
-        (r"3640 PF-days|\"3\.8 × 10²⁵\"", PUBLISHED),
+        (r"3640 PF-days|“3\.8 × 10²⁵”", PUBLISHED),
         (r"96 层，\s+=\s+12288", "GPT-3's published configuration, the input of gpt_params"),
         (r"超过 90 %|而不是 4 %", NOTES),
         (r"差 2 倍", "full over causal attention is 2× by definition (derived in this section); the sparse "
                     "peak is twice the dense one (hardware.py)"),
         (r"前向的 2\.5 倍，而不是 2 倍", "lab 1's checked cell prints the ratio 2.50"),
         (r"按 756 TFLOP/s", "H100 PCIe datasheet figure (course_lib.hardware, with its source)"),
+    ],
+    "zh/02_scaling.md": [
+        (r"训成 70B、1\.4T|280B 的 Gopher|Chinchilla 的 70B|≈40B", PUBLISHED),
+        (r"67B、1\.5T|1T、21\.2T", "Hoffmann et al.'s Table 3, quoted"),
+        (r"\b8B\b|15T token", "Llama 3 8B's published size and token count"),
+        (r"式 \(4\)", "an equation of the cited paper (Hoffmann et al.'s eq. 4)"),
+        (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
+        (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
+    ],
+    "zh/04_dp_fsdp.md": [
+        (r"两个 512 KiB 桶", "DataParallel's default bucket size (course_lib.parallel)"),
+        (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
+        (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
+    ],
+    "zh/05_pipeline.md": [
+        (r"宽度 256", "the pipeline model's configuration (pipeline.run)"),
+        (r"慢 20%，整条流水线就慢 20%", "a hypothetical stage, for the argument"),
+        (r"128k–256k|32k 上下文、4k 窗口", "context lengths of the example architectures"),
+        (r"相差不超过 1\.3 倍", "the threshold lab 5's checked cell asserts"),
+    ],
+    "zh/07_fp16.md": [
+        (r"多加 25 %", "0.125 for 0.1, derived in the same sentence"),
+        (r"\b65504\b", "FP16's largest finite value, a property of the format"),
+        (r"大约 40 %", PUBLISHED),
     ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),

@@ -25,6 +25,7 @@ import json
 from typing import Any
 
 from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
 
 __version__ = "1.0"
 EN_DIR = "book/"
@@ -89,6 +90,29 @@ def switch_html(docname: str, docs: set[str] | frozenset[str], uri: Any,
     return ""
 
 
+class TwinFigureLabels(SphinxTransform):
+    """A twin runs its English page's cells byte for byte, so a figure the English cell names
+    (``mystnb: figure: name: fig-04-fsdp-unit``) would be named twice in the one Sphinx project
+    (a duplicate-label warning). On a Chinese page such a label becomes ``zh-fig-...``, like the
+    section labels; the figure's HTML id stays the English one (the page is another file), so
+    both editions' figures keep the same anchor. Automatic labels (``fig-book-zh-...``, from
+    course_figures) are unique already and are left alone."""
+    default_priority = 520      # after course_figures (500) has labelled the unnamed figures
+
+    def apply(self, **kwargs: Any) -> None:
+        if not is_zh(self.env.docname):
+            return
+        doc = self.document
+        for name in [n for n in doc.nameids if n.startswith("fig-") and not n.startswith("fig-book-")]:
+            new = LABEL_PREFIX + name
+            node_id = doc.nameids.pop(name)
+            doc.nameids[new] = node_id
+            doc.nametypes[new] = doc.nametypes.pop(name)
+            node = doc.ids.get(node_id)
+            if node is not None:
+                node["names"] = [new if n == name else n for n in node["names"]]
+
+
 def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
     if doctree is None or "body" not in context:
         return
@@ -104,5 +128,6 @@ def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dic
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file("course_editions.js", loading_method="defer")
+    app.add_transform(TwinFigureLabels)
     app.connect("html-page-context", _on_page_context)
     return {"version": __version__, "parallel_read_safe": True, "parallel_write_safe": True}
