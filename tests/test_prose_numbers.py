@@ -197,6 +197,13 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"366k 参数|366k-parameter|3M 字节|72k 参数", "the stored experiment's models and corpus (distill_train)"),
         (r"12 个检查点", "the number of checkpoints the experiment keeps (distill_train)"),
     ],
+    "zh/11_tensor_context.md": [
+        (r"\b405B\b|\b1T 模型", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
+        (r"\b(?:8K|128K)\b", "the context lengths of the published Llama 3 runs, the planner's inputs"),
+        (r"16M token", PUBLISHED),
+        (r"一块 80 GB A100", "the device GMLake measured on (arXiv 2401.08156), its datasheet HBM"),
+        (r"NVLink（450 GB/s|一块 400 Gb/s 网卡", "datasheet constants (course_lib.hardware, course_lib.network)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
