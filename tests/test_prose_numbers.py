@@ -193,8 +193,8 @@ PAGES: dict[str, list[tuple[str, str]]] = {
     "zh/09_distill.md": [
         (r"\\\$25M", NOTES),
         (r"24 小时内|最多允许 20 个|38–43 %|\\\$5\.576M", PUBLISHED),
-        (r"15T-token", "Llama 3's published token count, for scale"),
-        (r"366k 参数|366k-parameter|3M 字节|72k 参数", "the stored experiment's models and corpus (distill_train)"),
+        (r"15T token", "Llama 3's published token count, for scale"),
+        (r"366k 参数|3M 字节|72k 参数", "the stored experiment's models and corpus (distill_train)"),
         (r"12 个检查点", "the number of checkpoints the experiment keeps (distill_train)"),
     ],
     "zh/11_tensor_context.md": [
