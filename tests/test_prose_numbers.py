@@ -190,6 +190,28 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"\b65504\b", "FP16's largest finite value, a property of the format"),
         (r"大约 40 %", PUBLISHED),
     ],
+    "zh/09_distill.md": [
+        (r"\\\$25M", NOTES),
+        (r"24 小时内|最多允许 20 个|38–43 %|\\\$5\.576M", PUBLISHED),
+        (r"15T token", "Llama 3's published token count, for scale"),
+        (r"366k 参数|3M 字节|72k 参数", "the stored experiment's models and corpus (distill_train)"),
+        (r"12 个检查点", "the number of checkpoints the experiment keeps (distill_train)"),
+    ],
+    "zh/11_tensor_context.md": [
+        (r"\b405B\b|\b1T 模型", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
+        (r"\b(?:8K|128K)\b", "the context lengths of the published Llama 3 runs, the planner's inputs"),
+        (r"16M token", PUBLISHED),
+        (r"一块 80 GB A100", "the device GMLake measured on (arXiv 2401.08156), its datasheet HBM"),
+        (r"NVLink（450 GB/s|一块 400 Gb/s 网卡", "datasheet constants (course_lib.hardware, course_lib.network)"),
+    ],
+    "zh/13_plan.md": [
+        (r"\b(?:405B|1T|37B|671B|8B|70B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active)"),
+        (r"466 次中断|的 55\.2 %|“高于 90 %”|为期 54 天", PUBLISHED),
+        (r"放进 80 GB", "the H100's HBM (course_lib.hardware, with its source)"),
+        (r"156 TFLOP/s|3\.5 个月|12 路", PUBLISHED),
+        (r"3/4 的 MFU", "6N over 8N per token, derived in the same sentence"),
+        (r"每个参数 14 字节", "2 + 12 bytes per parameter without gradients, a definition (chapter 12)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
