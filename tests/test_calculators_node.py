@@ -3,6 +3,9 @@ book build: where Node.js is installed, the script runs in a bare context (no DO
 built) on each calculator's grid, every bad input in every field and the extremes of
 tests/test_site_calculators.py, against the same course_lib calls. Chromium drives all of them on
 the built pages there (a smaller sample of each grid); this is the quick check while editing.
+The Chinese edition's words (calculators_i18n.js) are checked here for every calculator: each label
+and unit has its Chinese form, and each error message, in Chinese, still names the field and the
+value in the reader's units.
 """
 from __future__ import annotations
 
@@ -10,12 +13,13 @@ import itertools
 import json
 import math
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from test_site_calculators import BAD, EMPTY_OK, EXTREME, EXTREME_OK, GRIDS, SCRIPT, _python
+from test_site_calculators import BAD, EMPTY_OK, EXTREME, EXTREME_OK, GRIDS, PLAN_SCRIPT, SCRIPT, _python
 
 from course_lib.site_data import calculator_data_js
 
@@ -83,3 +87,82 @@ def test_ports_agree_with_course_lib_outside_a_browser(tmp_path: Path) -> None:
             assert math.isclose(js, value, rel_tol=1e-9, abs_tol=0.0), f"{where}: {key} {js!r} != {value!r}"
     for name in NAMES:    # some of each grid computes, some is refused
         assert 0 < raised[name] < len(_cases(name)), (name, raised[name])
+
+
+# --- the Chinese edition's words (issue #35) ----------------------------------------------------
+# calculators_i18n.js gives every calculator's words in Chinese on a page with <html lang="zh-CN">;
+# the numbers are computed as on the English page (build() localises only what it shows). Every
+# calculator, the planner included: each bad input in each field and each extreme case, read as the
+# reader sees it (readerMessage, then localMessage). Some 1,000 messages, about a second.
+I18N_SCRIPT = SCRIPT.with_name("calculators_i18n.js")
+ZH_DRIVER = """
+const fs = require('fs'), vm = require('vm');
+const [casesFile, ...scripts] = process.argv.slice(2);
+const ctx = {document: {readyState: 'complete', querySelectorAll: () => []}};
+ctx.window = ctx;
+vm.createContext(ctx);
+for (const f of scripts) vm.runInContext(fs.readFileSync(f, 'utf8'), ctx, {filename: f});
+const C = ctx.COURSE_CALC, L = C.lib;
+const words = {}, errors = [];
+for (const [name, spec] of Object.entries(C.calculators)) {
+  const fields = spec.fields(), v = {};
+  for (const f of fields) v[f.name] = f.options ? f.value : L.parseField(f.value);
+  const shown = [spec.title, 'Numbers may end in k, M, B (or G), T, P (70B, 15T, 2k, 1.5M), Ki, Mi, Gi for powers of 1024 (128Ki), or be written 1e9.'];
+  for (const f of fields) { shown.push(f.label); for (const o of f.options || []) shown.push(o[1]); }
+  const units = [];
+  for (const r of spec.run(v)) { shown.push(r[1]); units.push([r[3](r[2]), L.localUnit('zh', r[3](r[2]))]); }
+  words[name] = {words: shown.map(w => [w, L.localText('zh', w)]), units,
+                 fields: fields.filter(f => !f.options).map(f => f.name)};
+}
+for (const [name, c] of JSON.parse(fs.readFileSync(casesFile, 'utf8'))) {
+  const spec = C.calculators[name], fields = spec.fields(), v = {};
+  for (const f of fields) v[f.name] = f.options ? f.value : L.parseField(f.name in c ? c[f.name] : f.value);
+  try { spec.run(v); } catch (e) {
+    if (!(e instanceof L.CalcError)) throw e;
+    const en = L.readerMessage(e.message, spec);
+    errors.push({name, c, en, zh: L.localMessage('zh', en)});
+  }
+}
+process.stdout.write(JSON.stringify({words, errors}));
+"""
+CJK = re.compile(r"[\u4e00-\u9fff]")
+QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+KEPT = re.compile(r"\b[a-z]\w*_\w+\b|\d+(?:\.\d+)?(?:e[+-]?\d+)?(?:Ki|Mi|Gi|Ti|Pi|[kMBTP])?")
+PLAN_BAD = ["0", "-1", "", "abc", "NaN", "inf", "1e400", "'quoted'", "-1.5e+300"]
+ENGLISH = re.compile(r"\b(?:must|got|inputs|range|than|need|needs|fails|use|fewer|smallest|sequence|divide|"
+                     r"beyond|layers|heads|plan|every)\b")
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js not installed")
+def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: Path) -> None:
+    names = list(GRIDS)
+    # the planner refuses most bad inputs before its layout search, but "45" or "2.5" plan a run
+    # (~50 ms each): it gets the inputs that fail, the other calculators every bad input
+    cases = [[name, {field: bad}] for name in names for field in GRIDS[name]
+             for bad in (BAD if name != "plan" else PLAN_BAD)]
+    cases += [[name, c] for name in names for c in EXTREME[name]]
+    (tmp_path / "data.js").write_text(calculator_data_js(), encoding="utf-8")
+    (tmp_path / "driver.js").write_text(ZH_DRIVER, encoding="utf-8")
+    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    run = subprocess.run([NODE, str(tmp_path / "driver.js"), str(tmp_path / "cases.json"), str(tmp_path / "data.js"),
+                          str(I18N_SCRIPT), str(SCRIPT), str(PLAN_SCRIPT)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert set(got["words"]) == set(names)
+    for name, page in got["words"].items():
+        untranslated = [en for en, zh in page["words"] if zh == en and CJK.search(zh) is None
+                        and not re.fullmatch(r"[\w.+-]+", en)]          # a value (H100-SXM, bf16) stays
+        assert not untranslated, f"{name}: no Chinese for {untranslated}"
+        for en, zh in page["units"]:
+            assert re.sub(r" (?:天|分钟|小时|秒)$", "", zh) == re.sub(r" (?:days|min|h|s)$", "", en), (en, zh)
+            assert not re.search(r" (?:days|min|h|s)$", zh), f"{name}: the unit of {en!r} stays English"
+    assert len(got["errors"]) > 500
+    for e in got["errors"]:
+        where = f"{e['name']} with {e['c']}: {e['en']!r} -> {e['zh']!r}"
+        assert CJK.search(e["zh"]) and not ENGLISH.search(QUOTED.sub("", e["zh"])), where
+        for kept in QUOTED.findall(e["en"]) + KEPT.findall(QUOTED.sub("", e["en"])):
+            assert kept in e["zh"], f"{where}: {kept!r} (a field or a value in the reader's units) is lost"
+        field = next(iter(e["c"]))
+        if len(e["c"]) == 1 and e["en"].startswith(field + " "):
+            assert re.match(rf"{field}(?!\w)", e["zh"]), f"{where}: the message no longer names {field} first"

@@ -215,6 +215,10 @@ PAGES: dict[str, list[tuple[str, str]]] = {
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
+    "zh/notes.md": [(r"1024 块 H100", "the exercise of the second note, as it is posed")],
+    "zh/gpu_box.md": [
+        (r"从 64 KiB 到 16 MiB|止于 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
+    ],
 }
 
 

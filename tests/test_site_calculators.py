@@ -392,7 +392,7 @@ def test_constants_come_from_course_lib(pages: Callable[[str], Any], html_dir: P
 
 def test_script_types_no_constant() -> None:
     """No browser or build needed: calculators.js takes every course_lib constant from the data."""
-    script = SCRIPT.read_text(encoding="utf-8") + PLAN_SCRIPT.read_text(encoding="utf-8")
+    script = "".join(path.read_text(encoding="utf-8") for path in (SCRIPT, PLAN_SCRIPT, SCRIPT.with_name("calculators_i18n.js")))
     for typed in ("989", "406.4", "410.7", "0.34", "1.69", "86400", "86_400", "9007199254740992", "2 ** 53"):
         assert typed not in script, f"a calculator script types the constant {typed}; take it from COURSE_CALC_DATA"
     # the planner's: checkpoint writers and storage, restart, MTBF, NICs, HBM, NCCL latencies, head size
@@ -529,7 +529,8 @@ def test_numbers_and_errors_in_the_readers_units(pages: Callable[[str], Any]) ->
     """Issue #34: a field reads 70B, 15T, 2k, 1.5M, 128Ki as the numbers they name (as Python reads
     the expanded text: the results agree), and an error shows its numbers that way (n_params=405B,
     not 405000000000.0) while keeping Python's own message in data-message; the planner's errors
-    name only the form's own fields (no usable_fraction)."""
+    name only the form's own fields (no usable_fraction). On the Chinese twin the same form computes
+    the same numbers and says it in Chinese."""
     page = pages("book/01_flops")
     reader = page.evaluate("""(xs) => xs.map(x => window.COURSE_CALC.lib.readerNumber(x))""",
                            ["70000000000.0", "15600000000000.0", "131072", "1e+300", "2048", "4194304.0",
@@ -544,6 +545,17 @@ def test_numbers_and_errors_in_the_readers_units(pages: Callable[[str], Any]) ->
     assert math.isclose(float(got[0]["out"]["days"]), flops.training_days(70e9, 15e12, 1024, 0.45), rel_tol=REL)
     assert got[1]["error"] == "n_params must be positive, got -70000000000" and got[1]["shown"] == \
         "n_params must be positive, got -70B", got[1]
+    # the Chinese twin (issue #35): the same numbers and Python's message, shown in Chinese, still
+    # naming the field and the value in the reader's units (every message: tests/test_calculators_node.py)
+    zh = pages("book/zh/01_flops")
+    same = zh.evaluate(DRIVE, ["training_days", [{"n_params": "70B", "n_tokens": "15T"}, {"n_params": "-70B"}]])
+    assert same[0]["out"] == got[0]["out"] and same[1]["error"] == got[1]["error"], same
+    assert same[1]["shown"] == "n_params 必须为正数，输入的是 -70B", same[1]
+    box = 'div.course-calc[data-calc="training_days"]'
+    words = zh.evaluate("""(box) => [document.querySelector(box + ' .course-calc-title').textContent,
+        document.querySelector(box + ' label[for=calc-training_days-n_params]').textContent,
+        document.querySelector(box + ' output[data-key=days]').textContent]""", box)
+    assert words[0].startswith("训练时间") and words[1] == "参数量 N（n_params）" and words[2].endswith(" 天"), words
     plan = pages("book/13_plan")
     cases = [{"n_params": "405B", "n_gpus": "64"}, {"n_params": "70B", "n_tokens": "15T", "n_gpus": "2Ki",
                                                   "seq_len": "8Ki", "global_batch_tokens": "16Mi"}]

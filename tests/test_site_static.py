@@ -217,13 +217,15 @@ def test_chinese_terms_are_indexed_by_their_pieces() -> None:
     assert {"inference", "推理", "数据并行", "全分片数据并行"} <= set(words)
 
 
-def _node_search(script: Path, data: list | Path, queries: list[str], zh: dict | None = None) -> dict[str, list]:
+def _node_search(script: Path, data: list | Path, queries: list[str], zh: dict | None = None,
+                 edition: str | None = None) -> dict[str, list]:
     """``courseSearch`` in Node for each query, best first, over ``data``: a list of sections (with
-    ``zh`` as COURSE_ZH), or the built course_sections.js, which defines both."""
+    ``zh`` as COURSE_ZH), or the built course_sections.js, which defines both; searched from a page
+    of ``edition`` ("zh", "en") or from none."""
     program = """
 const fs = require("fs"), vm = require("vm");
 const {courseSearch} = require(process.argv[1]);
-let data = process.argv[2], zh = JSON.parse(process.argv[4]);
+let data = process.argv[2], zh = JSON.parse(process.argv[4]), edition = JSON.parse(process.argv[5]);
 if (data.startsWith("[")) data = JSON.parse(data);
 else {
   const ctx = {};
@@ -231,12 +233,13 @@ else {
   [data, zh] = [ctx.s, ctx.z];
 }
 const out = {};
-for (const q of JSON.parse(process.argv[3])) out[q] = courseSearch(q, data, zh).reverse();
+for (const q of JSON.parse(process.argv[3])) out[q] = courseSearch(q, data, zh, edition).reverse();
 console.log(JSON.stringify(out));
 """
     arg = json.dumps(data, ensure_ascii=False) if isinstance(data, list) else str(data)
     run = subprocess.run([NODE or "node", "-e", program, str(script), arg, json.dumps(queries, ensure_ascii=False),
-                          json.dumps(zh or {}, ensure_ascii=False)], capture_output=True, text=True, timeout=60)
+                          json.dumps(zh or {}, ensure_ascii=False), json.dumps(edition)],
+                         capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -254,6 +257,27 @@ def test_section_search_ranks_the_section_about_the_phrase_first() -> None:
     assert "&lt;b&gt;" in best[3]                      # snippets are escaped before Sphinx inserts them
     assert [r[0] for r in found["推理"]] == ["book/glossary"] and "推理" in found["推理"][0][3]
     assert found["nothing-like-this"] == []
+
+
+@needs_node
+def test_each_edition_searches_its_own_pages_first() -> None:
+    """Issue #35: a Chinese page's search box sends edition=zh, an English page's edition=en
+    (course_editions.js); that edition's sections come first, each edition in its own order, and the
+    other edition's still follow (an untranslated chapter is found from a Chinese page)."""
+    sections = [
+        ["book/05_pipeline", "Pipeline parallelism", "bubble", "The bubble", "1F1B bubble " * 4],
+        ["book/zh/05_pipeline", "流水线并行", "气泡", "气泡", "1F1B 气泡 " * 3],
+        ["book/08_moe", "MoE", "cap", "Capacity", "1F1B twice, 1F1B"],
+        ["book/zh/index", "预训练，实测", "map", "课程地图", "1F1B 一次"],
+    ]
+    order = {ed: [r[0] for r in _node_search(SEARCH_JS, sections, ["1F1B"], edition=ed)["1F1B"]]
+             for ed in (None, "zh", "en")}
+    assert order[None] == ["book/05_pipeline", "book/zh/05_pipeline", "book/08_moe", "book/zh/index"], order
+    assert order["zh"] == ["book/zh/05_pipeline", "book/zh/index", "book/05_pipeline", "book/08_moe"], order
+    assert order["en"] == ["book/05_pipeline", "book/08_moe", "book/zh/05_pipeline", "book/zh/index"], order
+    editions_js = (ROOT / "book" / "_static" / "course_editions.js").read_text(encoding="utf-8")
+    assert 'field.name = "edition"' in editions_js and "data-edition" in editions_js
+    assert 'get("edition")' in SEARCH_JS.read_text(encoding="utf-8")
 
 
 # --- CJK font, number format ----------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 Every page loads ``_static/calculators_data.js`` (the constants, generated here from
 ``course_lib.site_data`` at build time, so JavaScript and Python share one source) and then
+``_static/calculators_i18n.js`` (the words of the Chinese edition's calculators), then
 ``_static/calculators.js`` (the formulas and input checks, from ``book/_static``), then
 ``_static/calculators_plan.js`` (chapter 13's planner, which registers itself there). A page opts in
 with an empty ``<div class="course-calc" data-calc="...">`` in a ``{raw} html`` block; the script
@@ -30,6 +31,7 @@ def _write_data(app: Sphinx, exception: Exception | None) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file(DATA_FILE)
+    app.add_js_file("calculators_i18n.js")     # the Chinese edition's words (before calculators.js reads them)
     app.add_js_file("calculators.js")
     app.add_js_file("calculators_plan.js")    # registers chapter 13's planner with calculators.js
     app.connect("build-finished", _write_data, priority=400)   # before course_offline's checks (500)

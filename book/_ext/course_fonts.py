@@ -21,7 +21,9 @@ SUBSET = ROOT / "book" / "_static" / "fonts" / "wqy-microhei-subset.woff"
 # CJK punctuation, ideographs (with extension A and compatibility forms), full-width forms
 CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
 SOURCES = ("book/*.md", "book/zh/*.md", "book/zh/terms.yml", "course_lib/grading/handout.py",
-           "book/references.bib", "notebooks/*.ipynb", "solutions/*.ipynb")
+           "book/references.bib", "notebooks/*.ipynb", "solutions/*.ipynb",
+           # words the scripts write on the page
+           "book/_static/calculators_i18n.js", "book/_static/course_editions.js", "book/_ext/course_editions.py")
 
 
 def book_cjk_chars(root: Path = ROOT) -> set[str]:

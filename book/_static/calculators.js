@@ -7,7 +7,8 @@
  *
  * A page asks for a calculator with <div class="course-calc" data-calc="NAME"></div>; this script
  * fills it with labelled inputs and <output> elements that carry the full-precision result in
- * data-value (tests/test_site_calculators.py compares it with Python to 1e-9).
+ * data-value (tests/test_site_calculators.py compares it with Python to 1e-9). On a Chinese page
+ * (<html lang="zh-CN">) the words are calculators_i18n.js's: the numbers and data-message do not change.
  */
 (function () {
   "use strict";
@@ -617,6 +618,33 @@
     }
   };
 
+  /* The reader's language: a page whose <html lang> is Chinese (the twins in book/zh/) shows its
+   * calculators' words in Chinese, from window.COURSE_CALC_I18N (calculators_i18n.js); every
+   * number, field name and data-value stays as it is. A word or message with no entry stays English. */
+  var I18N = window.COURSE_CALC_I18N || {};
+  function pageLang(node) {
+    var at = node && node.closest ? node.closest("[lang]") : null;
+    var lang = (at && at.getAttribute("lang")) || "";
+    return /^zh/i.test(lang) ? "zh" : "en";
+  }
+  function has(table, key) { return !!table && Object.prototype.hasOwnProperty.call(table, key); }
+  function localText(lang, words) { var t = I18N[lang]; return t && has(t.text, words) ? t.text[words] : words; }
+  function localUnit(lang, shown) {    // "41.4 days" -> "41.4 天"
+    var t = I18N[lang], units = t ? t.units : null;
+    if (!units) return shown;
+    for (var unit in units) {
+      if (has(units, unit) && shown.length > unit.length && shown.slice(-unit.length) === unit)
+        return shown.slice(0, -unit.length) + units[unit];
+    }
+    return shown;
+  }
+  function localMessage(lang, message) {    // the message as the reader sees it, in the reader's language
+    var t = I18N[lang];
+    if (!t || !t.messages) return message;
+    t.messages.forEach(function (rule) { message = message.replace(rule[0], rule[1]); });
+    return message;
+  }
+
   function el(tag, attrs, content) {
     var e = document.createElement(tag);
     Object.keys(attrs || {}).forEach(function (k) { e.setAttribute(k, attrs[k]); });
@@ -628,18 +656,19 @@
     var name = box.getAttribute("data-calc"), spec = CALCULATORS[name];
     if (!spec || !D) return;
     box.textContent = "";
-    var form = el("form", {"class": "course-calc-form", "aria-label": spec.title});
-    form.appendChild(el("p", {"class": "course-calc-title"}, spec.title));
+    var lang = pageLang(box), title = localText(lang, spec.title);
+    var form = el("form", {"class": "course-calc-form", "aria-label": title});
+    form.appendChild(el("p", {"class": "course-calc-title"}, title));
     var fields = spec.fields(), inputs = {};
     fields.forEach(function (f) {
       var id = "calc-" + name + "-" + f.name, row = el("div", {"class": "course-calc-field"});
-      row.appendChild(el("label", {"for": id}, f.label + " (" + f.name + ")"));
+      row.appendChild(el("label", {"for": id}, localText(lang, f.label) + (lang === "zh" ? "（" + f.name + "）" : " (" + f.name + ")")));
       var input;
       if (f.options) {
         input = el("select", {id: id, name: f.name});
         f.options.forEach(function (o) {
           var attrs = o[0] === f.value ? {value: o[0], selected: ""} : {value: o[0]};
-          input.appendChild(el("option", attrs, o[1]));
+          input.appendChild(el("option", attrs, localText(lang, o[1])));
         });
       } else {    // the value attribute keeps the default (form reset, defaultValue)
         input = el("input", {id: id, name: f.name, type: "text", inputmode: "decimal", autocomplete: "off",
@@ -649,8 +678,8 @@
       row.appendChild(input);
       form.appendChild(row);
     });
-    form.appendChild(el("p", {"class": "course-calc-hint"}, "Numbers may end in k, M, B (or G), T, P " +
-                        "(70B, 15T, 2k, 1.5M), Ki, Mi, Gi for powers of 1024 (128Ki), or be written 1e9."));
+    form.appendChild(el("p", {"class": "course-calc-hint"}, localText(lang, "Numbers may end in k, M, B (or G), T, P " +
+                        "(70B, 15T, 2k, 1.5M), Ki, Mi, Gi for powers of 1024 (128Ki), or be written 1e9.")));
     var results = el("div", {"class": "course-calc-results", "aria-live": "polite"});
     var error = el("p", {"class": "course-calc-error", role: "status"});
     form.appendChild(results);
@@ -684,15 +713,15 @@
         spec.run(values).forEach(function (r) {
           var row = el("div", {"class": "course-calc-result"});
           var id = "calc-" + name + "-out-" + r[0];
-          row.appendChild(el("span", {id: id + "-label"}, r[1] + ": "));
+          row.appendChild(el("span", {id: id + "-label"}, localText(lang, r[1]) + (lang === "zh" ? "：" : ": ")));
           row.appendChild(el("output", {id: id, "data-key": r[0], "data-value": String(r[2]),
-                                        "aria-labelledby": id + "-label"}, r[3](r[2])));
+                                        "aria-labelledby": id + "-label"}, localUnit(lang, r[3](r[2]))));
           results.appendChild(row);
         });
       } catch (e) {
         if (!(e instanceof CalcError)) throw e;
         error.setAttribute("data-message", e.message);    // Python's own text (the tests compare it)
-        error.textContent = readerMessage(e.message, spec);
+        error.textContent = localMessage(lang, readerMessage(e.message, spec));
       }
     }
     form.addEventListener("input", update);
@@ -719,7 +748,8 @@
           pyFloatRepr: pyFloatRepr, pyStrRepr: pyStrRepr, show: show, intRepr: intRepr, number: number,
           positive: positive, positiveInt: positiveInt, utilisation: utilisation, choice: choice, peak: peak,
           div: div, calculator: calculator, trainingFlops: trainingFlops, trainingDays: trainingDays, fmt: fmt,
-          sci: sci, text: text, select: select}
+          sci: sci, text: text, select: select, localText: localText, localUnit: localUnit,
+          localMessage: localMessage}
   };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();

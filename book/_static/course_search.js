@@ -14,6 +14,12 @@
  *   an edit distance of 1 (5 to 7 letters) or 2 (8 or more): "stragler" finds "straggler".
  * Either kind of match scores half of what the word itself would, and a section that holds more of
  * the query's own words ranks above one that holds fewer.
+ *
+ * Each edition searches itself first (issue #35): the search box of a Chinese page sends
+ * edition=zh, an English page's edition=en (course_editions.js adds the field), and the sections of
+ * that edition (book/zh/ or not) rank above the other's, each edition in its own order. The other
+ * edition's sections still follow: a chapter not yet translated is found from a Chinese page.
+ * Without the field (a search typed into the address bar) the book is ranked as one.
  */
 "use strict";
 
@@ -100,7 +106,10 @@ function courseAlternatives(word, sections, zh) {
  * [docname, title, anchor, snippet, score, filename], best LAST (Sphinx pops from the end).
  * Score: the whole phrase in the section title counts most, then each word in the title, then
  * how often the phrase and the words occur in the text (capped, so long sections do not win). */
-function courseSearch(query, sections, zh) {
+function courseEditionOf(docname) { return docname.startsWith("book/zh/") ? "zh" : "en"; }
+const COURSE_OWN_EDITION = 1e6;   // above any score a section earns from the query
+
+function courseSearch(query, sections, zh, edition) {
   const phrase = query.toLowerCase().trim().replace(/\s+/g, " ");
   const words = phrase.split(" ").filter((w) => w.length > 0);
   if (!words.length) return [];
@@ -118,6 +127,7 @@ function courseSearch(query, sections, zh) {
     hit.forEach((h, i) => { if (t.includes(h)) score += 20 * weight[i]; });
     if (words.length > 1) score += 8 * Math.min(courseCount(body, phrase), 10);
     hit.forEach((h, i) => { score += weight[i] * Math.min(courseCount(body, h), 10); });
+    if (edition && courseEditionOf(doc) === edition) score += COURSE_OWN_EDITION;
     const shown = title === page ? page : `${page} > ${title}`;
     out.push([doc, courseEscape(shown), "#" + anchor, courseEscape(courseSnippet(text, hit, phrase)), score, doc]);
   }
@@ -135,10 +145,12 @@ function courseMerge(sphinxResults, sectionResults) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = {courseSearch, courseMerge, courseSnippet, courseEditDistance, courseNear};
+  module.exports = {courseSearch, courseMerge, courseSnippet, courseEditDistance, courseNear, courseEditionOf};
 } else if (typeof Search !== "undefined" && typeof COURSE_SECTIONS !== "undefined") {
   const sphinxSearch = Search._performSearch;
+  const edition = new URLSearchParams(window.location.search).get("edition");
   Search._performSearch = (query, ...rest) =>
     courseMerge(sphinxSearch(query, ...rest),
-                courseSearch(query, COURSE_SECTIONS, typeof COURSE_ZH !== "undefined" ? COURSE_ZH : {}));
+                courseSearch(query, COURSE_SECTIONS, typeof COURSE_ZH !== "undefined" ? COURSE_ZH : {},
+                             edition === "zh" || edition === "en" ? edition : null));
 }
