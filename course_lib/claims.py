@@ -174,11 +174,19 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def verdict_of(number: int) -> str:
-    """The ledger's verdict on claim ``number``, for a chapter to render instead of typing its own."""
+# The verdicts as the Chinese edition words them (book/zh/), one for each of VERDICTS.
+VERDICTS_ZH = {"TRUE": "正确", "TRUE, with caveats": "正确，但有保留", "IMPRECISE": "不精确",
+               "PARTLY FALSE": "部分错误", "FALSE": "错误", "UNSOURCED": "没有出处"}
+
+
+def verdict_of(number: int, lang: str = "en") -> str:
+    """The ledger's verdict on claim ``number``, for a chapter to render instead of typing its own;
+    ``lang="zh"`` gives the Chinese edition's wording (``VERDICTS_ZH``)."""
+    if lang not in ("en", "zh"):
+        raise ValueError(f"lang must be 'en' or 'zh', got {lang!r}")
     for claim in CLAIMS:
         if claim.number == number:
-            return claim.verdict
+            return claim.verdict if lang == "en" else VERDICTS_ZH[claim.verdict]
     raise ValueError(f"number: no claim {number} in the ledger (1..{len(CLAIMS)})")
 
 

@@ -69,7 +69,10 @@ def test_chapter_verdicts_are_rendered_from_the_ledger():
 
 
 def test_verdict_of_names_a_missing_claim():
-    assert claims.verdict_of(5) == "PARTLY FALSE"
+    assert claims.verdict_of(5) == "PARTLY FALSE" and claims.verdict_of(5, "zh") == "部分错误"
+    assert set(claims.VERDICTS_ZH) == set(claims.VERDICTS)       # every verdict has its Chinese wording
+    with pytest.raises(ValueError, match="lang"):
+        claims.verdict_of(5, "fr")
     with pytest.raises(ValueError, match="number"):
         claims.verdict_of(99)
 
