@@ -112,7 +112,8 @@ for (const [name, spec] of Object.entries(C.calculators)) {
   const units = [];
   for (const r of spec.run(v)) { shown.push(r[1]); units.push([r[3](r[2]), L.localUnit('zh', r[3](r[2]))]); }
   words[name] = {words: shown.map(w => [w, L.localText('zh', w)]), units,
-                 fields: fields.filter(f => !f.options).map(f => f.name)};
+                 fields: fields.filter(f => !f.options).map(f => f.name),
+                 labels: fields.map(f => [f.name, L.fieldLabel('en', f.label, f.name), L.fieldLabel('zh', f.label, f.name)])};
 }
 for (const [name, c] of JSON.parse(fs.readFileSync(casesFile, 'utf8'))) {
   const spec = C.calculators[name], fields = spec.fields(), v = {};
@@ -157,6 +158,9 @@ def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: P
         for en, zh in page["units"]:
             assert re.sub(r" (?:天|分钟|小时|秒)$", "", zh) == re.sub(r" (?:days|min|h|s)$", "", en), (en, zh)
             assert not re.search(r" (?:days|min|h|s)$", zh), f"{name}: the unit of {en!r} stays English"
+        for field, en, zh in page["labels"]:      # each label shows its field's code name once, in one pair of brackets
+            assert en.endswith(f" ({field})"), (name, en)
+            assert zh.count("（") == 1 and re.search(rf"（{field}[，）]", zh), (name, zh)   # 'MFU（mfu，0-1）'
     assert len(got["errors"]) > 500
     for e in got["errors"]:
         where = f"{e['name']} with {e['c']}: {e['en']!r} -> {e['zh']!r}"

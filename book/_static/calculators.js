@@ -638,6 +638,15 @@
     }
     return shown;
   }
+  /* A field's label with its code name, as the form shows it: "MFU (0-1) (mfu)" in English. In
+   * Chinese a label that already ends in a bracket takes the name inside it, first ("MFU（mfu，0-1）"),
+   * instead of a second pair of brackets ("MFU（0-1）（mfu）"); any other label gets its own. */
+  function fieldLabel(lang, label, name) {
+    var shown = localText(lang, label);
+    if (lang !== "zh") return shown + " (" + name + ")";
+    var m = /^(.*)（([^（）]+)）$/.exec(shown);
+    return m ? m[1] + "（" + name + "，" + m[2] + "）" : shown + "（" + name + "）";
+  }
   function localMessage(lang, message) {    // the message as the reader sees it, in the reader's language
     var t = I18N[lang];
     if (!t || !t.messages) return message;
@@ -662,7 +671,7 @@
     var fields = spec.fields(), inputs = {};
     fields.forEach(function (f) {
       var id = "calc-" + name + "-" + f.name, row = el("div", {"class": "course-calc-field"});
-      row.appendChild(el("label", {"for": id}, localText(lang, f.label) + (lang === "zh" ? "（" + f.name + "）" : " (" + f.name + ")")));
+      row.appendChild(el("label", {"for": id}, fieldLabel(lang, f.label, f.name)));
       var input;
       if (f.options) {
         input = el("select", {id: id, name: f.name});
@@ -749,7 +758,7 @@
           positive: positive, positiveInt: positiveInt, utilisation: utilisation, choice: choice, peak: peak,
           div: div, calculator: calculator, trainingFlops: trainingFlops, trainingDays: trainingDays, fmt: fmt,
           sci: sci, text: text, select: select, localText: localText, localUnit: localUnit,
-          localMessage: localMessage}
+          localMessage: localMessage, fieldLabel: fieldLabel}
   };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
