@@ -174,6 +174,18 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
         (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
     ],
+    "zh/03_data.md": [
+        (r"128 位 BLAKE2b", "the width of the exact-dedup key's hash (course_lib.data.dedup; the English page writes 128-bit)"),
+        (r"预期约为 95%", "the coverage of two standard errors, a definition"),
+        (r"（14 × 9", "the pipeline's default bands × rows (course_lib.data)"),
+        (r"reference\s+4711", "the text of an example page"),
+        (r"50 到 100,000 个词", "Gopher's length rule, as implemented in course_lib.data.quality"),
+        (r"50,257 个 token", "GPT-2's published vocabulary size"),
+        (r"每行 65 个", "the packed row length, seq_len + 1 (course_lib.data.loader)"),
+        (r"最多是 2×", "two cores can at most double a one-core rate"),
+        (r"15–30 次", "how the synthetic crawl is built (course_lib.data.crawl)"),
+        (r"800M 参数|400M 模型|0\.1% 的|一句 61 个词|超过 60,000 次", PUBLISHED),
+    ],
     "zh/04_dp_fsdp.md": [
         (r"两个 512 KiB 桶", "DataParallel's default bucket size (course_lib.parallel)"),
         (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
