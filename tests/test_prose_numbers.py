@@ -191,6 +191,10 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
         (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
     ],
+    "zh/08_moe.md": [
+        (r"超过平均负载的 1\.5×", "the threshold lab 8's checked cell asserts"),
+        (r"\b128 routed|128 个路由专家", PUBLISHED),
+    ],
     "zh/05_pipeline.md": [
         (r"宽度 256", "the pipeline model's configuration (pipeline.run)"),
         (r"慢 20%，整条流水线就慢 20%", "a hypothetical stage, for the argument"),
