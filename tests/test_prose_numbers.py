@@ -206,6 +206,13 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"\b65504\b", "FP16's largest finite value, a property of the format"),
         (r"大约 40 %", PUBLISHED),
     ],
+    "zh/12_failures.md": [
+        (r"\b405B\b", "Llama 3 405B's name, the model the chapter sizes"),
+        (r"从 419 次中断|一段 54 天|作业中断 466 次，其中 47 次|419 次是意外的，约 78 %|"
+         r"54 天内有 419 次意外中断", PUBLISHED),
+        (r"严格说是 14 字节", "2 + 12 bytes per parameter without gradients, a definition"),
+        (r"一个节点的 400 Gb/s 网络链路", "the stated assumption of one node's NIC (50 GB/s)"),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
