@@ -174,10 +174,26 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"词表大小 256|从 3k 到 130k 参数", "the sweep's design (course_lib.scaling.sweep)"),
         (r"1024 块 H100 SXM、40 % MFU", "the calculator's inputs (explore.scaling_calculator defaults)"),
     ],
+    "zh/03_data.md": [
+        (r"128 位 BLAKE2b", "the width of the exact-dedup key's hash (course_lib.data.dedup; the English page writes 128-bit)"),
+        (r"预期约为 95%", "the coverage of two standard errors, a definition"),
+        (r"（14 × 9", "the pipeline's default bands × rows (course_lib.data)"),
+        (r"reference\s+4711", "the text of an example page"),
+        (r"50 到 100,000 个词", "Gopher's length rule, as implemented in course_lib.data.quality"),
+        (r"50,257 个 token", "GPT-2's published vocabulary size"),
+        (r"每行 65 个", "the packed row length, seq_len + 1 (course_lib.data.loader)"),
+        (r"最多是 2×", "two cores can at most double a one-core rate"),
+        (r"15–30 次", "how the synthetic crawl is built (course_lib.data.crawl)"),
+        (r"800M 参数|400M 模型|0\.1% 的|一句 61 个词|超过 60,000 次", PUBLISHED),
+    ],
     "zh/04_dp_fsdp.md": [
         (r"两个 512 KiB 桶", "DataParallel's default bucket size (course_lib.parallel)"),
         (r"每个参数 16 字节|这 16 字节中有 12 字节", "mixed-precision Adam's 2 + 2 + 12 bytes, a definition"),
         (r"给激活留出 20 GB", "the worked example's reserve (20e9 in the code cell)"),
+    ],
+    "zh/08_moe.md": [
+        (r"超过平均负载的 1\.5×", "the threshold lab 8's checked cell asserts"),
+        (r"\b128 routed|128 个路由专家", PUBLISHED),
     ],
     "zh/05_pipeline.md": [
         (r"宽度 256", "the pipeline model's configuration (pipeline.run)"),
@@ -211,6 +227,13 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"156 TFLOP/s|3\.5 个月|12 路", PUBLISHED),
         (r"3/4 的 MFU", "6N over 8N per token, derived in the same sentence"),
         (r"每个参数 14 字节", "2 + 12 bytes per parameter without gradients, a definition (chapter 12)"),
+    ],
+    "zh/12_failures.md": [
+        (r"\b405B\b", "Llama 3 405B's name, the model the chapter sizes"),
+        (r"从 419 次中断|一段 54 天|作业中断 466 次，其中 47 次|419 次是意外的，约 78 %|"
+         r"54 天内有 419 次意外中断", PUBLISHED),
+        (r"严格说是 14 字节", "2 + 12 bytes per parameter without gradients, a definition"),
+        (r"一个节点的 400 Gb/s 网络链路", "the stated assumption of one node's NIC (50 GB/s)"),
     ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
