@@ -197,6 +197,10 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"\b65504\b", "FP16's largest finite value, a property of the format"),
         (r"大约 40 %", PUBLISHED),
     ],
+    "zh/10_pipeline_rl.md": [
+        (r"28k 参数", "the lab's actor model (course_lib.model.GPT, 2 layers, d = 32)"),
+        (r"在 128 块 H100 上学习速度快约 2 倍", PUBLISHED),
+    ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
     ],
