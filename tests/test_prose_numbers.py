@@ -201,6 +201,13 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"128k–256k|32k 上下文、4k 窗口", "context lengths of the example architectures"),
         (r"相差不超过 1\.3 倍", "the threshold lab 5's checked cell asserts"),
     ],
+    "zh/06_stability.md": [
+        (r"占了其中 12 字节", "3 FP32 tensors of 4 bytes each, a definition"),
+        (r"70B 参数的模型", "a hypothetical model size, for scale"),
+        (r"共 160 步|调度值的 50 倍|训练 120 步", "the experiments' configuration (stability.ablation)"),
+        (r"初始化尺度为 0\.02 时，这一步是权重本身大小的 20 倍", "GPT-2's initialisation scale and 0.4/0.02, derived here"),
+        (r"540B 模型|200–500 个数据 batch|54 天里 466 次作业中断", PUBLISHED),
+    ],
     "zh/07_fp16.md": [
         (r"多加 25 %", "0.125 for 0.1, derived in the same sentence"),
         (r"\b65504\b", "FP16's largest finite value, a property of the format"),
@@ -234,6 +241,10 @@ PAGES: dict[str, list[tuple[str, str]]] = {
          r"54 天内有 419 次意外中断", PUBLISHED),
         (r"严格说是 14 字节", "2 + 12 bytes per parameter without gradients, a definition"),
         (r"一个节点的 400 Gb/s 网络链路", "the stated assumption of one node's NIC (50 GB/s)"),
+    ],
+    "zh/10_pipeline_rl.md": [
+        (r"28k 参数", "the lab's actor model (course_lib.model.GPT, 2 layers, d = 32)"),
+        (r"在 128 块 H100 上学习速度快约 2 倍", PUBLISHED),
     ],
     "gpu_box.md": [
         (r"from 64 KiB to 16 MiB|stop at 16 MiB", "the default sizes of dist_demos.allreduce_bandwidth"),
