@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import comm, diagrams, faults, flops, layout, memory, moe, pipeline  # noqa: E402
+from course_lib import comm, diagrams, faults, flops, layout, memory, moe, numerics, pipeline  # noqa: E402
 from course_lib.data import dedup  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.flops import count as flop_count  # noqa: E402
@@ -25,7 +25,7 @@ from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
            "checkpoint_restart", "moe_routing", "lsh_banding",
-           "pipeline_rl_inflight", "rollback_and_skip", "six_n"]
+           "pipeline_rl_inflight", "rollback_and_skip", "six_n", "float_formats"]
 
 
 @pytest.fixture(scope="module")
@@ -281,6 +281,22 @@ def test_token_flops_are_the_chapter_s_counts(figures):
     assert [p.get_width() * 1e9 for p in bars] == pytest.approx(list(tf.values()))
 
 
+def test_format_layouts_are_torch_s_formats(figures):
+    rows = diagrams.format_layouts()
+    assert [r["name"] for r in rows] == list(numerics.FORMATS)
+    for r in rows:
+        fi = torch.finfo(numerics.resolve_dtype(r["name"]))
+        assert r["sign"] + r["exponent"] + r["mantissa"] == r["bits"] == fi.bits
+        assert (r["eps"], r["max"], r["smallest_normal"]) == (fi.eps, fi.max, fi.smallest_normal)
+        assert r["eps"] == 2.0 ** -r["mantissa"] == numerics.ulp(1.0, r["name"])      # the spacing at 1
+        bias = 2 ** (r["exponent"] - 1) - 1
+        assert r["smallest_normal"] == 2.0 ** (1 - bias)                                # the exponent's floor
+        assert r["smallest_subnormal"] == numerics.ulp(0.0, r["name"])
+        assert 2.0 ** (r["binades"] - 1) * r["smallest_normal"] <= r["max"] < 2.0 ** r["binades"] * r["smallest_normal"]
+    bits = figures["float_formats"].axes[0].patches
+    assert len(bits) == sum(r["bits"] for r in rows)                                  # one box per bit
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
@@ -293,6 +309,13 @@ def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
                  f"{flops.training_flops(7e9, 1) / 1e9:.0f} GFLOP",
                  f"{flops.attention_fraction(32, 4096, 4096, 7e9):.1%}".replace("%", " percent")):
         assert said in ch1, said
+    ch7 = (book / "07_fp16.md").read_text(encoding="utf-8")
+    from course_lib.diagrams import formats
+    for r in diagrams.format_layouts():
+        label = formats._LABEL[r["name"]]
+        for said in (f"{label}: 1 + {r['exponent']} + {r['mantissa']} bits, eps 2^-{r['mantissa']}",
+                     f"{label} from 2^{round(math.log2(r['smallest_normal']))} to {formats._num(r['max'])}"):
+            assert said in ch7, said
     ch14 = (book / "14_expert_parallel.md").read_text(encoding="utf-8")
     counts = diagrams.ep_send_counts(4, 64, 8, 2, seed=0)
     off = ", ".join(str(sum(row) - row[i]) for i, row in enumerate(counts))
