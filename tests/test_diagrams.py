@@ -17,14 +17,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from course_lib import comm, diagrams, faults, layout, memory, moe, pipeline  # noqa: E402
+from course_lib import comm, diagrams, faults, flops, layout, memory, moe, numerics, pipeline  # noqa: E402
 from course_lib.data import dedup  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
+from course_lib.flops import count as flop_count  # noqa: E402
 from course_lib.parallel.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
            "checkpoint_restart", "moe_routing", "lsh_banding",
-           "pipeline_rl_inflight", "rollback_and_skip"]
+           "pipeline_rl_inflight", "rollback_and_skip", "six_n", "float_formats"]
 
 
 @pytest.fixture(scope="module")
@@ -252,10 +253,69 @@ def test_rollback_trace_is_what_the_guarded_run_did():
     assert all(s % tr["guard"].ckpt_every == 0 for _, s, _ in tr["checkpoints"])
 
 
+@pytest.mark.parametrize("t, a, b", [(4, 3, 5), (1, 7, 2), (16, 8, 32)])
+def test_linear_gemms_are_6n_and_what_pytorch_counts(t, a, b):
+    from torch.utils.flop_counter import FlopCounterMode
+    g = diagrams.linear_gemms(t, a, b)
+    for x in g:                                   # (m×k)·(k×n) = (m×n), 2·m·k·n FLOPs
+        assert x.left[2] == x.right[1] and x.out[1:] == (x.left[1], x.right[2])
+        assert x.flops == 2 * x.left[1] * x.left[2] * x.right[2] == 2 * t * a * b
+    assert sum(x.flops for x in g) == flops.training_flops(a * b, t)
+    assert g[0].flops == flop_count.theory_flops(a * b, 1, 1, 1, t).dense
+    assert sum(x.flops for x in g) == flop_count.theory_flops(a * b, 1, 1, 1, t, backward=True).dense
+    assert [x.out[1:] for x in g] == [(t, b), (t, a), (a, b)]   # Y, dX like X, dW like W
+    layer = torch.nn.Linear(a, b, bias=False)
+    x = torch.randn(t, a, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        layer(x).sum().backward()
+    assert counter.get_total_flops() == sum(x.flops for x in g)     # PyTorch runs the same three
+
+
+def test_token_flops_are_the_chapter_s_counts(figures):
+    tf = diagrams.token_flops(32, 4096, 4096, 7e9)
+    th = flop_count.theory_flops(7e9, 32, 4096, 4096, 1, backward=True, causal=True)
+    assert tf["forward"] + tf["backward, input"] + tf["backward, weight"] == pytest.approx(th.dense)
+    assert tf["attention forward"] + tf["attention backward"] == pytest.approx(th.attention)
+    assert tf["attention forward"] / tf["forward"] == pytest.approx(flops.attention_fraction(32, 4096, 4096, 7e9))
+    bars = figures["six_n"].axes[1].patches
+    assert [p.get_width() * 1e9 for p in bars] == pytest.approx(list(tf.values()))
+
+
+def test_format_layouts_are_torch_s_formats(figures):
+    rows = diagrams.format_layouts()
+    assert [r["name"] for r in rows] == list(numerics.FORMATS)
+    for r in rows:
+        fi = torch.finfo(numerics.resolve_dtype(r["name"]))
+        assert r["sign"] + r["exponent"] + r["mantissa"] == r["bits"] == fi.bits
+        assert (r["eps"], r["max"], r["smallest_normal"]) == (fi.eps, fi.max, fi.smallest_normal)
+        assert r["eps"] == 2.0 ** -r["mantissa"] == numerics.ulp(1.0, r["name"])      # the spacing at 1
+        bias = 2 ** (r["exponent"] - 1) - 1
+        assert r["smallest_normal"] == 2.0 ** (1 - bias)                                # the exponent's floor
+        assert r["smallest_subnormal"] == numerics.ulp(0.0, r["name"])
+        assert 2.0 ** (r["binades"] - 1) * r["smallest_normal"] <= r["max"] < 2.0 ** r["binades"] * r["smallest_normal"]
+    bits = figures["float_formats"].axes[0].patches
+    assert len(bits) == sum(r["bits"] for r in rows)                                  # one box per bit
+
+
 def test_the_book_s_text_alternatives_quote_the_diagrams_numbers():
     """The alt texts are typed in the page's cell metadata: the numbers they quote must be the drawn ones."""
     from pathlib import Path
     book = Path(__file__).resolve().parents[1] / "book"
+    ch1 = (book / "01_flops.md").read_text(encoding="utf-8")
+    g = diagrams.linear_gemms(4, 3, 5)
+    tf = diagrams.token_flops(32, 4096, 4096, 7e9)
+    for said in (f"each {g[0].flops} FLOP", f"{sum(x.flops for x in g)} in all",
+                 f"{(tf['attention forward'] + tf['attention backward']) / 1e9:.1f} GFLOP",
+                 f"{flops.training_flops(7e9, 1) / 1e9:.0f} GFLOP",
+                 f"{flops.attention_fraction(32, 4096, 4096, 7e9):.1%}".replace("%", " percent")):
+        assert said in ch1, said
+    ch7 = (book / "07_fp16.md").read_text(encoding="utf-8")
+    from course_lib.diagrams import formats
+    for r in diagrams.format_layouts():
+        label = formats._LABEL[r["name"]]
+        for said in (f"{label}: 1 + {r['exponent']} + {r['mantissa']} bits, eps 2^-{r['mantissa']}",
+                     f"{label} from 2^{round(math.log2(r['smallest_normal']))} to {formats._num(r['max'])}"):
+            assert said in ch7, said
     ch14 = (book / "14_expert_parallel.md").read_text(encoding="utf-8")
     counts = diagrams.ep_send_counts(4, 64, 8, 2, seed=0)
     off = ", ".join(str(sum(row) - row[i]) for i, row in enumerate(counts))
