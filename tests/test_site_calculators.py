@@ -552,6 +552,7 @@ def test_numbers_and_errors_in_the_readers_units(pages: Callable[[str], Any]) ->
     assert same[0]["out"] == got[0]["out"] and same[1]["error"] == got[1]["error"], same
     assert same[1]["shown"] == "n_params 必须为正数，输入的是 -70B", same[1]
     box = 'div.course-calc[data-calc="training_days"]'
+    zh.evaluate(DRIVE, ["training_days", [{"n_params": "70B", "n_tokens": "15T"}]])   # a result on screen again
     words = zh.evaluate("""(box) => [document.querySelector(box + ' .course-calc-title').textContent,
         document.querySelector(box + ' label[for=calc-training_days-n_params]').textContent,
         document.querySelector(box + ' output[data-key=days]').textContent]""", box)
