@@ -3,6 +3,7 @@
     python -m course_lib.nbtools run PATH.ipynb [PATH.ipynb ...] [--timeout 600] [--allow-errors]
     python -m course_lib.nbtools second-path      # prints avx2 or default: another CPU kernel path
     python -m course_lib.nbtools second-path-ignores   # the notebooks that pass skips, as --ignore options
+    python -m course_lib.nbtools kernel-path-independent   # and the same notebooks, as paths
 
 ``run`` executes each notebook in place with a fresh ipykernel on this interpreter (the venv's),
 working directory = the notebook's folder, stores the outputs, then normalises the file so that
@@ -90,6 +91,12 @@ KERNEL_PATH_INDEPENDENT = {
 }
 
 
+def kernel_path_independent() -> list[str]:
+    """The notebooks of :data:`KERNEL_PATH_INDEPENDENT`, which ``make test`` checks on this machine's
+    own kernels (``kernel-path-independent``); every other notebook is checked on the second path."""
+    return list(KERNEL_PATH_INDEPENDENT)
+
+
 def second_pass_ignores() -> list[str]:
     """pytest ``--ignore`` options for :data:`KERNEL_PATH_INDEPENDENT` (``second-path-ignores``)."""
     return [f"--ignore={path}" for path in KERNEL_PATH_INDEPENDENT]
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("second-path", help="print the ATEN_CPU_CAPABILITY value of another kernel path "
                                        "(empty where there is none)")
+    sub.add_parser("kernel-path-independent", help="print the notebooks whose checked outputs do not depend "
+                                                   "on the kernel path (checked on this machine's kernels)")
     sub.add_parser("second-path-ignores", help="print the pytest --ignore options of the notebooks whose "
                                                "checked outputs do not depend on the kernel path")
     r = sub.add_parser("run", help="execute notebooks in place and store normalised outputs")
@@ -111,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.command == "second-path":
         print(second_kernel_path() or "")
+        return 0
+    if a.command == "kernel-path-independent":
+        print(" ".join(kernel_path_independent()))
         return 0
     if a.command == "second-path-ignores":
         print(" ".join(second_pass_ignores()))

@@ -164,6 +164,7 @@ def test_a_written_caption_leads_the_alt_text_and_placeholders_are_dropped() -> 
             'ax.set(xlabel="ranks $n$", ylabel="error", title=f"p={p}")\nplt.show()')
     assert figures.describe(code) == ("error against ranks n.", "error against ranks n. Series: measured.")
     assert figures.details(code) == "Plotted: error against ranks n. Series: measured."
+    assert figures.details(code, "zh") == "图中：error 随 ranks n 的变化。曲线：measured。"   # a Chinese page
     assert _caption_and_alt(code, "Error grows as √n up to {glue:text}`n8:.2f`.", None)[1] == (
         "Error grows as √n up to {glue:text}`n8:.2f`. Plotted: error against ranks n. Series: measured.")
     assert _placeholders("bubble {glue:text}`b:.1%` at $m_{i}$") == []

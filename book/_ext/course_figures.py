@@ -114,10 +114,13 @@ def _parts(code: str) -> dict[str, list[str]] | None:
     return {k: list(dict.fromkeys(_clean(v) for v in vs if _clean(v))) for k, vs in found.items()}
 
 
-def _axes(found: dict[str, list[str]]) -> list[str]:
-    axes = [f"{y} against {x}" for y, x in zip(found["ylabel"], found["xlabel"])]
+def _axes(found: dict[str, list[str]], lang: str = "en") -> list[str]:
+    """The plotted axes, "y against x" ("y 随 x 的变化" on a Chinese page; the labels themselves are
+    quoted as the image draws them)."""
+    pair = (lambda y, x: f"{y} 随 {x} 的变化") if lang == "zh" else (lambda y, x: f"{y} against {x}")
+    axes = [pair(y, x) for y, x in zip(found["ylabel"], found["xlabel"])]
     if not axes and found["xlabel"]:
-        axes = [f"{'; '.join(found['ylabel']) or 'values'} against {found['xlabel'][0]}"]
+        axes = [pair("; ".join(found["ylabel"]) or ("数值" if lang == "zh" else "values"), found["xlabel"][0])]
     return axes
 
 
@@ -141,14 +144,22 @@ def describe(code: str) -> tuple[str, str] | None:
     return caption, alt
 
 
-def details(code: str) -> str:
+def details(code: str, lang: str = "en") -> str:
     """What the code says of the plot beyond a written caption, for the alt text: its axes (or the
-    drawer's description) and legend labels, e.g. "Plotted: loss against step. Series: a, b." """
+    drawer's description) and legend labels, e.g. "Plotted: loss against step. Series: a, b."
+    (on a Chinese page, ``lang="zh"``: "图中：loss 随 step 的变化。曲线：a、b。")."""
     found = _parts(code)
     if not found:
         return ""
     out = []
-    if what := "; ".join(_axes(found)) or "; ".join(found["drawer"]):
+    what = "; ".join(_axes(found, lang)) or "; ".join(found["drawer"])
+    if lang == "zh":
+        if what:
+            out.append(f"图中：{what}。")
+        if found["label"]:
+            out.append("曲线：" + "、".join(found["label"]) + "。")
+        return "".join(out)
+    if what:
         out.append(f"Plotted: {what}.")
     if found["label"]:
         out.append("Series: " + ", ".join(found["label"]) + ".")
@@ -183,7 +194,8 @@ class CaptionCellFigures(SphinxTransform):
                 caption = figure.next_node(nodes.caption) if figure is not None else None
                 if caption is not None:              # written: its rendered text, glued numbers included
                     text = re.sub(r"\s+", " ", caption.astext()).strip()
-                    alt = " ".join(filter(None, [spoken(caption), details(code)]))
+                    lang = "zh" if docname.startswith("book/zh/") else "en"
+                    alt = ("" if lang == "zh" else " ").join(filter(None, [spoken(caption), details(code, lang)]))
                 else:
                     text, alt = described if described else ("", "")
                 if not text:
