@@ -1,9 +1,12 @@
 """Small, stable reports: the "measured | theory | ratio" table every lab prints, Markdown tables
-for the book pages, 1.23B-style numbers, and the largest difference between two sets of tensors."""
+for the book pages, 1.23B-style numbers, the largest difference between two sets of tensors, and
+the stored runs a book page reads (``load_cached``)."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 
 def fmt(x: float, digits: int = 3) -> str:
@@ -72,3 +75,12 @@ def max_abs_diff(a: dict, b: dict) -> float:
         raise ValueError(f"the dicts name different parameters: {sorted(set(a) ^ set(b))[:4]}")
     return max(float((a[k] - b[k]).abs().max()) for k in a)
 
+
+
+def load_cached(path: str | Path, command: str) -> dict:
+    """A run stored as JSON for a book page to read, or FileNotFoundError saying the ``command``
+    that regenerates it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path.name} not found; regenerate it with: {command}")
+    return json.loads(path.read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..report import load_cached
 from .. import corpus
 from .._validate import choice
 from ..model import GPTConfig
@@ -331,10 +332,7 @@ def balance_demo(**kwargs) -> dict:
 
 def load_balance_cache(path: str | Path = BALANCE_PATH) -> dict:
     """The cached comparison the book reads: ``BALANCE`` for seeds 0, 1, 2 (``BALANCE_COMMAND``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path.name} not found; regenerate it with: {BALANCE_COMMAND}")
-    return json.loads(path.read_text())
+    return load_cached(path, BALANCE_COMMAND)
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..report import load_cached
 from .. import plots
 from ..moe import MoE
 from ..parallel.counting import CountingComm
@@ -164,10 +165,7 @@ def run(world_size: int = 2, **kwargs) -> list[dict]:
 
 def load_overlap_cache(path: str | Path = OVERLAP_PATH) -> dict:
     """The cached run the book reads (``OVERLAP_COMMAND``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path.name} not found; regenerate it with: {OVERLAP_COMMAND}")
-    return json.loads(path.read_text())
+    return load_cached(path, OVERLAP_COMMAND)
 
 
 def _main(argv: list[str] | None = None) -> int:

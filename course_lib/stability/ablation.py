@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..report import load_cached
 from .. import corpus
 from .loop import TINY, StabilityConfig, Trainer, forward_loss, train_run
 from .scaler import DTYPES, gradient_probe
@@ -207,10 +208,7 @@ def generate(path: str | Path = DEFAULT_PATH, progress=print) -> dict:
 
 def load(path: str | Path = DEFAULT_PATH) -> dict:
     """The cached results (default: the repository's ``data/stability_ablation.json``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path.name} not found; regenerate it with: {COMMAND}")
-    return json.loads(path.read_text())
+    return load_cached(path, COMMAND)
 
 
 def find(doc: dict, precision: str, loss_scaling: bool, warmup: bool, clip: bool) -> dict:
