@@ -61,8 +61,7 @@ def _faults_data() -> dict:
     interruptions imply (four digits, as a float literal the field shows), its GPU count, and the
     restart time the planner assumes."""
     l3 = faults.LLAMA3
-    gpu_mtbf = faults.implied_gpu_mtbf(l3["unexpected"], l3["days"] * flops.SECONDS_PER_DAY, l3["n_gpus"])
-    return {"gpu_mtbf_seconds": f"{gpu_mtbf:.4g}", "n_gpus": str(l3["n_gpus"]),
+    return {"gpu_mtbf_seconds": f"{faults.LLAMA3_GPU_MTBF_S:.4g}", "n_gpus": str(l3["n_gpus"]),
             "restart_seconds": repr(planner._RESTART_S)}
 
 

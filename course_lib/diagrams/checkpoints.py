@@ -25,10 +25,8 @@ class Segment(NamedTuple):
 
 def llama3_job_mtbf() -> float:
     """Chapter 12's job MTBF: Llama 3's unexpected interruptions charged to one GPU each
-    (``faults.implied_gpu_mtbf``), then the job of the same GPU count (``faults.cluster_mtbf``)."""
-    l3 = faults.LLAMA3
-    gpu = faults.implied_gpu_mtbf(l3["unexpected"], l3["days"] * 86400.0, l3["n_gpus"])
-    return faults.cluster_mtbf(gpu, l3["n_gpus"])
+    (``faults.LLAMA3_GPU_MTBF_S``), then the job of the same GPU count (``faults.cluster_mtbf``)."""
+    return faults.cluster_mtbf(faults.LLAMA3_GPU_MTBF_S, faults.LLAMA3["n_gpus"])
 
 
 def checkpoint_timeline(interval_seconds: float, save_seconds: float, restart_seconds: float,

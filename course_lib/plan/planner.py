@@ -26,8 +26,7 @@ __all__ = ["plan", "model_shape", "failure_budget", "DEFAULT_PRICE_PER_GPU_HOUR"
 DEFAULT_PRICE_PER_GPU_HOUR = 2.0
 # Per-GPU MTBF implied by Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s
 # (arXiv 2407.21783 §3.3.4; course_lib.faults.LLAMA3): about 5.8 years per GPU (chapter 12).
-LLAMA3_GPU_MTBF_S = faults.implied_gpu_mtbf(faults.LLAMA3["unexpected"], faults.LLAMA3["days"] * 86_400.0,
-                                            faults.LLAMA3["n_gpus"])
+LLAMA3_GPU_MTBF_S = faults.LLAMA3_GPU_MTBF_S
 # Chapter 12's checkpoint inputs: each rank writes its shard at 2 GB/s, the filesystem sustains
 # 2 TB/s (Llama 3's Tectonic, §3.3.1), a restart costs 10 minutes (assumed; Llama 3 gives none).
 _WRITER_BW, _STORAGE_BW, _RESTART_S = 2e9, 2e12, 600.0
