@@ -338,21 +338,19 @@ def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp, m
 
 
 def _candidates(job: _Job, recompute: tuple[str, ...]):
-    """Every (tp, cp, pp, dp, v, zero, recompute) the batch and the shapes allow."""
-    seqs = job.tokens / job.s
-    for tp in (t for t in _POW2 if t <= job.g and job.g % t == 0 and job.a % t == 0):
-        for cp in (c for c in _POW2 if job.s % c == 0 and c <= job.max_cp):
-            for pp in (p for p in _POW2 if p <= job.L):
+    """Every (tp, cp, pp, dp, v, zero, recompute, ep) of the searched grid (powers of two, ``_INTERLEAVES``,
+    ``layout_moe.expert_degrees``) that breaks none of ``_rule_broken``'s rules."""
+    for tp in _POW2:
+        for cp in _POW2:
+            for pp in _POW2:
                 if job.n % (tp * cp * pp):
                     continue
                 dp = job.n // (tp * cp * pp)
-                m = int(seqs // (dp * job.b))
-                if m < 1:                           # the batch floor: a sequence per replica
-                    continue
                 # m < PP runs, with its bubble (Llama 3 at its batch limit, arXiv 2407.21783 §3.3.2,
                 # whose schedule also lets m be any count when interleaved)
-                vs = [1] if pp == 1 else [v for v in _INTERLEAVES if v * pp <= job.L]
-                for v in vs:
+                for v in [1] if pp == 1 else _INTERLEAVES:
+                    if _rule_broken(job, tp, cp, pp, dp, v, 0, "none", 1):
+                        continue
                     for zero in range(job.max_zero + 1):
                         for mode in recompute:
                             for ep in (layout_moe.expert_degrees(job.moe, dp, _POW2) if job.moe else (1,)):
@@ -360,9 +358,10 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
 
 
 def _rule_broken(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str, ep: int) -> str:
-    """The first rule a given layout breaks ("" when none), for ``estimate``. These are the rules of
-    the search without its grid: a published layout may use degrees the search does not try (BLOOM
-    ran PP 12, Megatron-LM's 1T model DP 6), so any whole degree is evaluated."""
+    """The first rule a layout breaks ("" when none): the rules the search filters its grid with
+    (``_candidates``) and ``estimate`` checks a given layout against. A published layout may use
+    degrees the search does not try (BLOOM ran PP 12, Megatron-LM's 1T model DP 6), so any whole
+    degree is evaluated."""
     if tp > job.g or job.g % tp:
         return f"TP must divide the {job.g} GPUs of a node (its all-reduces need the scale-up link)"
     if job.a % tp:
