@@ -99,7 +99,7 @@ def kernel_path_independent() -> list[str]:
 
 def second_pass_ignores() -> list[str]:
     """pytest ``--ignore`` options for :data:`KERNEL_PATH_INDEPENDENT` (``second-path-ignores``)."""
-    return [f"--ignore={path}" for path in KERNEL_PATH_INDEPENDENT]
+    return [f"--ignore={path}" for path in kernel_path_independent()]
 
 
 def main(argv: list[str] | None = None) -> int:

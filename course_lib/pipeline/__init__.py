@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
-from .schedules import (SCHEDULES, Op, gpipe, interleaved_1f1b, one_f_one_b, parse_ops,
-                        schedule, zero_bubble_h1)
+from .schedules import ONE_STAGE, SCHEDULES, Op, interleaved_1f1b, parse_ops, schedule
 
 __all__ = ["bubble_fraction", "bubble_overhead", "min_microbatches", "step_time",
            "peak_in_flight", "ScheduleError", "simulate", "MAX_OPS"]
@@ -106,7 +105,7 @@ def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
         return _peak(interleaved_1f1b(p, m, stage, v), v)
     if v != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
-    return _peak({"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}[name](p, m, stage), 1)
+    return _peak(ONE_STAGE[name](p, m, stage), 1)
 
 
 def _check_ops(**sizes: int) -> None:

@@ -133,6 +133,10 @@ def zero_bubble_h1(p: int, m: int, stage: int) -> list[Op]:
     return ops + [Op("W", i) for i in range(weights, m)]
 
 
+# The schedules whose order a stage builds alone from (p, m, stage); "interleaved" also needs v.
+ONE_STAGE = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}
+
+
 def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
     """Op lists of every rank for schedule ``name`` in ("gpipe", "1f1b", "interleaved", "zb-h1")."""
     name = choice("name", name, SCHEDULES)
@@ -141,8 +145,7 @@ def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
         return [interleaved_1f1b(p, m, r, v) for r in range(p)]
     if positive_int("v", v) != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
-    fn = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}[name]
-    return [fn(p, m, r) for r in range(p)]
+    return [ONE_STAGE[name](p, m, r) for r in range(p)]
 
 
 _OP_RE = re.compile(r"^\s*([FBWfbw])\s*(\d+)\s*(?:[.:c]\s*(\d+))?\s*$")
