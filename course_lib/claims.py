@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ._validate import choice
+
 __all__ = ["Claim", "CLAIMS", "numbers", "render", "resolve_evidence", "verdict_of"]
 
 VERDICTS = ("TRUE", "TRUE, with caveats", "IMPRECISE", "PARTLY FALSE", "FALSE", "UNSOURCED")
@@ -182,8 +184,7 @@ VERDICTS_ZH = {"TRUE": "正确", "TRUE, with caveats": "正确，但有保留", 
 def verdict_of(number: int, lang: str = "en") -> str:
     """The ledger's verdict on claim ``number``, for a chapter to render instead of typing its own;
     ``lang="zh"`` gives the Chinese edition's wording (``VERDICTS_ZH``)."""
-    if lang not in ("en", "zh"):
-        raise ValueError(f"lang must be 'en' or 'zh', got {lang!r}")
+    choice("lang", lang, ("en", "zh"))
     for claim in CLAIMS:
         if claim.number == number:
             return claim.verdict if lang == "en" else VERDICTS_ZH[claim.verdict]

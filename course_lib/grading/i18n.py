@@ -33,6 +33,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from course_lib._validate import choice
+
 LANGS = ("en", "zh")
 DEFAULT_LANG = "en"
 LANG_ENV = "COURSE_LANG"   # the in-notebook checker's language when none is given
@@ -42,9 +44,7 @@ BANK_TABLES = Path(__file__).resolve().parents[1] / "checks" / "zh"
 
 def check_lang(lang: Any) -> str:
     """``lang`` if it is one of :data:`LANGS`, else ValueError naming it."""
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    return lang
+    return choice("lang", lang, LANGS)
 
 
 def key(text: str) -> str:
