@@ -24,7 +24,7 @@ from test_api_inputs import INF_OK, time_limit
 
 from course_lib import faults, layout, network
 from course_lib._validate import _finite
-from course_lib.__main__ import _available, _converter, _json_list, _switch, main
+from course_lib.__main__ import _available, _converter, _json_list, _object_valued, _switch, main
 from course_lib.layout_explain import layout_calculator, llama3_405b
 from course_lib.plan import audit as audit_mod
 from course_lib.plan import model_shape, plan, planner, runs
@@ -259,7 +259,8 @@ def _valid_argv(name: str) -> dict[str, str]:
 @settings(max_examples=12, **SETTINGS)
 @given(data=st.data())
 def test_cli_prints_finite_figures_or_exits_2_naming_a_flag_it_was_given(name, data):
-    params = inspect.signature(COMMANDS[name]).parameters
+    # the flags the CLI has: an object-valued argument (moe=MoE(...)) is left to its default there
+    params = {k: p for k, p in inspect.signature(COMMANDS[name]).parameters.items() if not _object_valued(p)}
     typed = _valid_argv(name)
     varied = data.draw(st.lists(st.sampled_from(list(params)), min_size=1, max_size=2, unique=True), label="flags")
     for k in varied:
