@@ -33,9 +33,13 @@ from ._validate import calculator, choice, flag, positive, positive_int, zero_st
 
 __all__ = ["ZeroMemory", "zero_memory_breakdown", "zero_memory_per_gpu", "min_zero3_degree",
            "max_params_per_gpu", "RECOMPUTE", "activation_bytes_per_layer", "llama_activation_bytes_per_layer",
-           "logits_bytes"]
+           "logits_bytes", "saved_activation_bytes", "BLOCKS"]
 
 RECOMPUTE = ("none", "selective", "full")
+# How a layer's activations are counted: "gpt" Korthikanti et al.'s GELU / multi-head / dropout block
+# (activation_bytes_per_layer), "llama" RMSNorm / grouped-query / SwiGLU / no dropout
+# (llama_activation_bytes_per_layer)
+BLOCKS = ("gpt", "llama")
 
 
 @dataclass(frozen=True)
@@ -167,13 +171,18 @@ def llama_activation_bytes_per_layer(seq_len: int, micro_batch: int, d_model: in
     query attention through FlashAttention (no s×s scores), SwiGLU MLP, no dropout, 16-bit tensors.
 
     Counted tensor by tensor, beside Korthikanti et al.'s 34·sbh for a GELU, multi-head, dropout
-    block (:func:`activation_bytes_per_layer`, which the layout planner applies): the two norms'
-    inputs and outputs (4sbh), Q (sbh) and K, V (2sbh·kv/a, grouped-query), the attention output
-    that FlashAttention's backward and the output projection both read (sbh), each 2 bytes; the
-    gate and up projections (2·sbF) and their SwiGLU product, the down projection's input (sbF),
-    2 bytes each; FlashAttention's FP32 log-sum-exp, 4·sba. That is 2sbh(6 + 2kv/a) + 6sbF + 4sba,
-    divided by t under TP with sequence parallelism (without it the norms' 4sbh stay whole): for
-    Llama 3 405B (F = 3.25h, kv/a = 1/16) 31.8·sbh against Korthikanti's 34·sbh.
+    block (:func:`activation_bytes_per_layer`): the two norms' inputs and outputs (4sbh) and their
+    FP32 reciprocal RMS (8sb bytes), Q (sbh) and K, V (2sbh·kv/a, grouped-query), the attention
+    output that FlashAttention's backward and the output projection both read (sbh), each 2 bytes;
+    the gate and up projections (2·sbF) and their SwiGLU product, the down projection's input
+    (sbF), 2 bytes each, with a fused SwiGLU that recomputes the SiLU in its backward (an eager
+    ``silu(g) * u`` keeps the SiLU's output too, 2sbF more); FlashAttention's FP32 log-sum-exp,
+    4·sba. That is 2sbh(6 + 2kv/a) + 6sbF + 4sba + 8sb, with the GEMM-side tensors divided by t
+    under TP (a rank keeps max(kv/t, 1) K/V heads) and the norms' tensors too with sequence
+    parallelism: for Llama 3 405B (F = 3.25h, kv/a = 1/16) 31.8·sbh against Korthikanti's 34·sbh.
+    ``tests/test_activation_memory.py`` checks the count against what autograd saves for a real
+    block (PyTorch's own FlashAttention kernel), byte for byte. The layout planner uses it with
+    ``block="llama"``.
     """
     s, b = positive_int("seq_len", seq_len), positive_int("micro_batch", micro_batch)
     h, a = positive_int("d_model", d_model), positive_int("n_heads", n_heads)
@@ -182,10 +191,42 @@ def llama_activation_bytes_per_layer(seq_len: int, micro_batch: int, d_model: in
     sp = flag("sequence_parallel", sequence_parallel)
     if a % t or kv % t and t % kv:
         raise ValueError(f"tp ({t}) must divide n_heads ({a}) and divide or be divided by kv_heads ({kv})")
-    sbh = float(s) * b * h
-    norms = 2.0 * 4 * sbh / (t if sp else 1)
-    sharded = 2.0 * sbh * (2 + 2 * kv / a) + 6.0 * s * b * f + 4.0 * s * b * a
-    return norms + sharded / t
+    if a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide n_heads ({a}): each K/V head serves a whole group")
+    return _llama_activation_bytes(s, b, h, a, kv, f, t, sp)
+
+
+def _llama_activation_bytes(s: float, b: float, h: float, a: float, kv: float, f: float, t: float,
+                            sp: bool) -> float:
+    """The Llama count on checked inputs (``s`` may be a context-parallel shard, s/cp)."""
+    sb = float(s) * b
+    norms = (2.0 * 4 * sb * h + 8.0 * sb) / (t if sp else 1)    # 2 x (input, output) + FP32 rstd
+    q_out = 2.0 * 2 * sb * h / t                                 # Q and the attention output
+    k_v = 2.0 * 2 * sb * (h / a) * max(kv / t, 1.0)              # this rank's K/V heads
+    mlp = 2.0 * 3 * sb * f / t                                   # gate, up, their product
+    lse = 4.0 * sb * a / t
+    return norms + q_out + k_v + mlp + lse
+
+
+def saved_activation_bytes(fn, *args, exclude=()) -> int:
+    """Bytes autograd keeps for the backward of ``fn(*args)``: every tensor saved for backward,
+    each storage counted once (a view shares its base's), without the storages of ``exclude``
+    (the weights: model states, not activations). The measurement beside the activation formulas
+    (``torch.autograd.graph.saved_tensors_hooks``)."""
+    import torch
+
+    skip = {x.untyped_storage().data_ptr() for x in exclude}
+    seen: dict[int, int] = {}
+
+    def pack(x):
+        st = x.untyped_storage()
+        if st.data_ptr() not in skip:
+            seen[st.data_ptr()] = st.nbytes()
+        return x
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+        fn(*args)
+    return sum(seen.values())
 
 
 @calculator

@@ -8,6 +8,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from course_lib import comm, memory
 from course_lib.__main__ import main
@@ -100,23 +101,105 @@ def test_cli(capsys):
 
 
 def test_llama_block_counted_tensor_by_tensor_beside_korthikanti():
-    """RMSNorm + GQA + FlashAttention + SwiGLU, no dropout: 2sbh(6 + 2kv/a) + 6sbF + 4sba bytes.
-    For Llama 3 405B (h 16384, 128 heads, 8 KV heads, F 53248) that is 31.78·sbh, below
+    """RMSNorm + GQA + FlashAttention + SwiGLU, no dropout: 2sbh(6 + 2kv/a) + 6sbF + 4sba + 8sb
+    bytes. For Llama 3 405B (h 16384, 128 heads, 8 KV heads, F 53248) that is 31.78·sbh, below
     Korthikanti's 34·sbh (GELU, multi-head, two 1-byte dropout masks) by the dropout masks and GQA."""
     from course_lib import memory
     s, h = 8192, 16384
     llama = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248)
-    want = 2 * s * h * (6 + 2 * 8 / 128) + 6 * s * 53248 + 4 * s * 128
+    want = 2 * s * h * (6 + 2 * 8 / 128) + 6 * s * 53248 + 4 * s * 128 + 8 * s
     assert llama == pytest.approx(want, rel=1e-12)
     assert llama / (s * h) == pytest.approx(31.78, abs=0.01)
     assert memory.activation_bytes_per_layer(s, 1, h, 128, recompute="selective") == 34 * s * h
-    # TP + SP shards everything, without SP the norms' 4sbh·2 bytes stay whole
+    # TP + SP shards everything, without SP the norms' 4sbh·2 bytes (and 8sb of rstd) stay whole
     sp = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248, tp=8, sequence_parallel=True)
     assert sp == pytest.approx(llama / 8, rel=1e-12)
     no_sp = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248, tp=8)
-    assert no_sp - sp == pytest.approx(8 * s * h * (1 - 1 / 8), rel=1e-12)
+    assert no_sp - sp == pytest.approx((8 * s * h + 8 * s) * (1 - 1 / 8), rel=1e-12)
+    # fewer K/V heads than TP ranks: each rank keeps one whole K/V head, not a fraction of one
+    one = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 1, 53248, tp=8, sequence_parallel=True)
+    eight = memory.llama_activation_bytes_per_layer(s, 1, h, 128, 8, 53248, tp=8, sequence_parallel=True)
+    assert one == pytest.approx(eight, rel=1e-12)
     with pytest.raises(ValueError, match="kv_heads"):
         memory.llama_activation_bytes_per_layer(s, 1, h, 128, 256, 53248)
+    with pytest.raises(ValueError, match="kv_heads"):
+        memory.llama_activation_bytes_per_layer(s, 1, h, 128, 48, 53248)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """RMSNorm as the fused kernels save it (Apex / Transformer Engine): the input and the FP32
+    reciprocal RMS; the output is saved by the GEMM that reads it."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        r = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        ctx.save_for_backward(x, w, r)
+        return (x.float() * r).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, r = ctx.saved_tensors
+        n = x.float() * r
+        gn = g.float() * w.float()
+        gx = r * (gn - n * (gn * n).mean(-1, keepdim=True))
+        return gx.to(x.dtype), (g.float() * n).sum((0, 1)).to(w.dtype)
+
+
+class _SwiGLU(torch.autograd.Function):
+    """silu(gate) * up keeping only gate and up, the SiLU recomputed in the backward (Megatron-Core's
+    fused SwiGLU saves its input alone)."""
+
+    @staticmethod
+    def forward(ctx, g, u):
+        ctx.save_for_backward(g, u)
+        return torch.nn.functional.silu(g) * u
+
+    @staticmethod
+    def backward(ctx, d):
+        g, u = (x.detach().requires_grad_() for x in ctx.saved_tensors)
+        with torch.enable_grad():
+            y = torch.nn.functional.silu(g) * u
+        return torch.autograd.grad(y, (g, u), d)
+
+
+@pytest.mark.parametrize("kv", [2, 8])
+def test_llama_count_is_what_autograd_saves_for_a_real_block(kv):
+    """One Llama block in BF16 (RMSNorm, rotary, grouped-query causal attention through PyTorch's
+    own FlashAttention kernel, SwiGLU), run under saved_tensors_hooks: the bytes autograd keeps
+    equal llama_activation_bytes_per_layer to the byte. An eager silu(g) * u keeps the SiLU's
+    output as well, 2sbF bytes more, which the count says is a fused kernel's saving."""
+    from course_lib import memory
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    s, b, h, a, f = 128, 2, 256, 8, 704
+    hd, dt = h // a, torch.bfloat16
+    shapes = dict(q=(h, h), k=(kv * hd, h), v=(kv * hd, h), o=(h, h), g=(f, h), u=(f, h), d=(h, f))
+    w = {k: (0.02 * torch.randn(*x, dtype=dt)).requires_grad_() for k, x in shapes.items()}
+    w.update(n1=torch.ones(h, dtype=dt, requires_grad=True), n2=torch.ones(h, dtype=dt, requires_grad=True))
+    angle = torch.arange(s)[:, None] / 10000 ** (torch.arange(0, hd, 2) / hd)[None]
+    cos, sin = (torch.cat([fn(angle)] * 2, -1).to(dt) for fn in (torch.cos, torch.sin))
+
+    def rotary(t):
+        t1, t2 = t.chunk(2, -1)
+        return t * cos + torch.cat([-t2, t1], -1) * sin
+
+    def block(x, swiglu):
+        n1 = _RMSNorm.apply(x, w["n1"])
+        q, k, v = (F.linear(n1, w[n]).view(b, s, -1, hd).transpose(1, 2) for n in "qkv")
+        o = F.scaled_dot_product_attention(rotary(q), rotary(k), v, is_causal=True, enable_gqa=True)
+        x2 = x + F.linear(o.transpose(1, 2).reshape(b, s, h), w["o"])
+        n2 = _RMSNorm.apply(x2, w["n2"])
+        return x2 + F.linear(swiglu(F.linear(n2, w["g"]), F.linear(n2, w["u"])), w["d"])
+
+    x = torch.randn(b, s, h, dtype=dt, requires_grad=True)
+    consts = list(w.values()) + [cos, sin]
+    fused = memory.saved_activation_bytes(block, x, _SwiGLU.apply, exclude=consts)
+    eager = memory.saved_activation_bytes(block, x, lambda g, u: F.silu(g) * u, exclude=consts)
+    want = memory.llama_activation_bytes_per_layer(s, b, h, a, kv, f)
+    assert fused == want
+    assert eager - fused == 2 * s * b * f
+    block(x, _SwiGLU.apply).float().sum().backward()     # the block is a real one: it has a backward
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
 
 
 def test_logits_memory_with_and_without_vocab_parallel_or_chunked_cross_entropy():

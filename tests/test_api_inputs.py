@@ -44,7 +44,8 @@ NOT_CALCULATORS = {"gpt_params", "get_fit", "fit_power_law", "fit_loss", "isoflo
                    "resolve_dtype", "format_info", "ulp_table", "running_sum", "pairwise_sum", "kahan_sum",
                    "stochastic_round", "stochastic_sum", "compare_summation", "token_choice", "expert_choice",
                    "mask_router", "switch_aux_loss", "entropy", "cross_entropy", "kl_divergence",
-                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup"}
+                   "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup",
+                   "saved_activation_bytes"}
 
 # One valid value per argument name (names mean the same thing in every module) ...
 VALID = dict(
