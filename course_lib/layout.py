@@ -4,8 +4,9 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
 
 1. **Does it fit?** Model states per GPU are ZeRO's (chapter 4) for Ψ/(TP·PP) parameters sharded
    over the DP·CP ranks that hold the same weights. Activations are Korthikanti et al.'s per-layer
-   bytes (``memory.activation_bytes_per_layer``, with sequence parallelism whenever TP > 1) at the
-   context-parallel shard s/CP, times the layers a first pipeline stage keeps alive: ⌈L/PP⌉ layers
+   bytes (``memory.activation_bytes_per_layer``, with sequence parallelism whenever TP > 1), or a
+   Llama block's counted tensor by tensor with ``block="llama"``
+   (``memory.llama_activation_bytes_per_layer``), at the context-parallel shard s/CP, times the layers a first pipeline stage keeps alive: ⌈L/PP⌉ layers
    for min(PP, m) microbatches under 1F1B, × (1 + (PP−1)/(PP·v)) with v interleaved chunks (their
    §4.2.3; at most m); L layers of one microbatch without PP. What must fit is ``usable_fraction`` of HBM (the
    rest is logits, workspace, communication buffers and fragmentation, not modelled).
@@ -43,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from . import comm, layout_moe, stepmodel
 from ._validate import calculator, choice, flag, fraction, positive, positive_int, zero_stage
 from .hardware import lookup
-from .memory import RECOMPUTE, _activation_bytes, _breakdown
+from .memory import BLOCKS, RECOMPUTE, _activation_bytes, _breakdown, _llama_activation_bytes
 from .layout_explain import MEGATRON_2021, explain, gb, llama3_405b, megatron_1t
 from .network import DGX_H100_NDR, Network
 
@@ -139,6 +140,7 @@ class _Job:
     vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
     moe: layout_moe.MoE | None = None   # a mixture of experts (course_lib.layout_moe)
     schedule: str = "1f1b"    # "zb-h1": zero-bubble's B/W split (given layouts only, estimate)
+    block: str = "gpt"        # how activations are counted (memory.BLOCKS): Korthikanti's or a Llama block's
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -171,6 +173,19 @@ def _latency(net: Network, kind: str, n: int, k: int) -> float:
     return net.base_latency + (total - inter) * net.intra_latency + inter * net.inter_latency
 
 
+def _layer_activations(job: _Job, s_cp: int, tp: int, sp: bool) -> float:
+    """What one layer keeps for its backward without its s×s scores (FlashAttention's, or after
+    selective recomputation): Korthikanti et al.'s count of a GPT block (``block="gpt"``), or the
+    Llama block's, tensor by tensor (``block="llama"``: ``memory.llama_activation_bytes_per_layer``,
+    with the SwiGLU width F = MLP parameters / 3h, as ``stepmodel.layer_time`` reads it; for a
+    mixture of experts the active parameters give the k experts a token passes through)."""
+    if job.block == "gpt":
+        return _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "selective")
+    a_kv = job.a * job.kv // job.h                                # kv_heads
+    mlp = max(job.psi / job.L - (2.0 * job.h * job.h + 2.0 * job.h * job.kv), job.h * job.h)
+    return _llama_activation_bytes(s_cp, job.b, job.h, job.a, a_kv, mlp / (3.0 * job.h), tp, sp)
+
+
 def _in_flight(p: int, m: int, v: int) -> float:
     """Stage-activations the first stage holds at its peak: min(p, m) under 1F1B; interleaved,
     min(p(1 + (p−1)/(pv)), m) (Megatron's warm-up; equal to ``pipeline.peak_in_flight``)."""
@@ -192,7 +207,7 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
         states += _breakdown(experts_gpu, dp * cp // ep, zero, 2.0, 2.0, 12.0).total
     if zero == 3:
         states += 2 * 2.0 * psi_gpu / per_stage                   # two gathered layers in flight
-    kept = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "selective")
+    kept = _layer_activations(job, s_cp, tp, sp)
     act = kept
     if mode == "full":
         act = _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "full")
@@ -385,7 +400,7 @@ def _rule_broken(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: in
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
          sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
-         vocab_size=None, moe=None) -> _Job:
+         vocab_size=None, moe=None, block="gpt") -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -414,7 +429,7 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
                 flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
                 0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
-                _moe(moe, n_layers))
+                _moe(moe, n_layers), block=choice("block", block, BLOCKS))
 
 
 def _moe(moe, n_layers) -> layout_moe.MoE | None:
@@ -438,7 +453,8 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  flash_attention: bool = True, kv_heads: int | None = None,
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
                  selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
-                 vocab_size: int | None = None, moe: layout_moe.MoE | None = None) -> list[Layout]:
+                 vocab_size: int | None = None, moe: layout_moe.MoE | None = None,
+                 block: str = "gpt") -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -458,11 +474,14 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     stage's logits and cross-entropy (``memory.logits_bytes``, vocabulary-parallel over TP) on top
     of its layers for one microbatch; left None, logits are not counted. ``moe`` plans a mixture
     of experts (``course_lib.layout_moe``): ``n_params`` are then the active parameters, and an
-    expert-parallel degree carved from DP joins the search.
+    expert-parallel degree carved from DP joins the search. ``block`` says how a layer's
+    activations are counted: "gpt", Korthikanti et al.'s GELU / multi-head / dropout block
+    (``memory.activation_bytes_per_layer``), or "llama", an RMSNorm / grouped-query / SwiGLU block
+    without dropout, counted tensor by tensor (``memory.llama_activation_bytes_per_layer``).
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block)
     return [x for x in _all(job) if x.fits]
 
 
@@ -473,7 +492,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
              cp_comm: str = "ring", vocab_size: int | None = None, moe: layout_moe.MoE | None = None,
-             ep: int = 1, schedule: str = "1f1b") -> Layout:
+             ep: int = 1, schedule: str = "1f1b", block: str = "gpt") -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -494,7 +513,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
-        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe)
+        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block)
     ep = positive_int("ep", ep)
     sched = choice("schedule", schedule, ("1f1b", "zb-h1"))
     if sched == "zb-h1" and v > 1:
@@ -527,7 +546,7 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
            compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
            selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
-           vocab_size: int | None = None, moe: layout_moe.MoE | None = None) -> Layout:
+           vocab_size: int | None = None, moe: layout_moe.MoE | None = None, block: str = "gpt") -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
@@ -536,7 +555,7 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:

@@ -167,6 +167,29 @@ def test_llama3_405b_published_layouts_fit_as_meta_ran_them(seq_len, degrees):
         L.estimate(*degrees, v=16, zero=2, trim_first_last=True, **shape)
 
 
+def test_a_llama_block_is_counted_as_memory_counts_it_and_the_published_layout_fits_either_way():
+    """block="llama": each layer held is memory.llama_activation_bytes_per_layer, with the SwiGLU
+    width the step model reads (the MLP's share of Ψ over 3h) and the KV heads given; the recomputed
+    layer under full recomputation is the same count. Llama 3 405B's published 8K layout fits
+    under both counts, and the Llama count is the smaller (no dropout masks, 8 of 128 K/V heads)."""
+    shape = {k: v for k, v in L.llama3_405b(8192).items() if k != "n_gpus"}
+    gpt = L.estimate(8, 1, 16, 128, zero=2, **shape)
+    llama = L.estimate(8, 1, 16, 128, zero=2, block="llama", **shape)
+    h, kv_width = 16384, 8 * 128
+    ffn = (405e9 / 126 - 2 * h * h - 2 * h * kv_width) / (3 * h)
+    per_layer = memory._llama_activation_bytes(8192, 1, h, 128, 8, ffn, 8, True)
+    assert llama.activation_bytes == pytest.approx(per_layer * math.ceil(126 / 16) * 16)   # 1F1B: p in flight
+    assert llama.states_bytes == gpt.states_bytes and llama.step_s == gpt.step_s   # memory only
+    full = L.estimate(8, 1, 16, 128, zero=2, recompute="full", block="llama", **shape)
+    assert full.activation_bytes == pytest.approx(
+        memory.activation_bytes_per_layer(8192, 1, h, 128, 8, True, "full") * 8 * 16 + per_layer)
+    as_run = dict(v=8, zero=2, trim_first_last=True)
+    a, b = (L.estimate(8, 1, 16, 128, **as_run, block=k, **shape) for k in ("gpt", "llama"))
+    assert a.fits and b.fits and b.activation_bytes < a.activation_bytes
+    with pytest.raises(ValueError, match="block"):
+        L.estimate(8, 1, 16, 128, block="gelu", **shape)
+
+
 def test_logits_are_counted_on_the_last_stage_when_the_vocabulary_is_given():
     """memory.logits_bytes (10 bytes per logit, vocabulary-parallel over TP) on top of one
     microbatch of the last stage's layers; with no pipeline, on top of all layers."""

@@ -193,7 +193,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
          usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float = _STORAGE_BW,
-         restart_seconds: float = _RESTART_S, moe: MoE | None = None) -> Plan:
+         restart_seconds: float = _RESTART_S, moe: MoE | None = None, block: str = "gpt") -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -208,6 +208,9 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     restart time (chapter 12); the defaults are Llama 3's Tectonic rate and a 10-minute restart.
     ``moe`` (``course_lib.layout_moe.MoE``) plans a mixture of experts: ``n_params`` is then the
     active count (6ND), the layout holds every expert, and EP joins the layout search.
+    ``block`` counts a layer's activations as Korthikanti's GELU / multi-head / dropout block
+    ("gpt") or as a Llama block (RMSNorm, grouped-query attention, SwiGLU, no dropout: "llama",
+    ``memory.llama_activation_bytes_per_layer``).
     """
     n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
     acc = lookup("gpu", gpu)
@@ -235,7 +238,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
                       nics_per_node=g if nics_per_node is None else nics_per_node,
                       nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
-                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe)
+                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe, block=block)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise

@@ -72,7 +72,14 @@ class Run:
     elapsed: bool = False
 
 
-_LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20, vocab_size=128_256)   # Table 3: 128K tokens
+# Blocks whose activations are counted as a Llama block's (memory.llama_activation_bytes_per_layer:
+# RMSNorm, SwiGLU, no dropout, grouped- or multi-query attention): LLaMA (arXiv 2302.13971 §2.2),
+# Llama 2 (arXiv 2307.09288 §2.2, GQA for the 70B), Llama 3 (arXiv 2407.21783 §3.2, Table 3) and
+# PaLM (arXiv 2204.02311 §2: SwiGLU, multi-query, parallel layers; §5: trained without dropout).
+# The others keep Korthikanti's GPT count: GPT-3-style blocks (GELU, dropout), and the DeepSeeks,
+# whose multi-head latent attention keeps other tensors than either count has.
+_LLAMA = dict(block="llama")
+_LLAMA_SHAPE = dict(seq_len=8192, global_batch_tokens=16 * 2 ** 20, vocab_size=128_256, **_LLAMA)   # Table 3: 128K tokens
 RUNS: tuple[Run, ...] = (
     Run("Llama 3 8B", 8.03e9, 15e12, "H100-SXM", 2048, LLAMA3_405B_MFU, "borrowed from the 405B (none published)",
         1.46e6, "gpu_hours", f"{_CARD}: GPU-hours and tokens (a model card, not the paper); {_L3_TABLE3}",
@@ -154,7 +161,7 @@ RUNS: tuple[Run, ...] = (
         "The published hours include downtime and repeated steps (PaLM rolled back ~20 times around loss "
         "spikes, chapter 6) and the early small-batch phase; the 45.7 % is a steady-state figure.",
         dict(n_layers=118, d_model=18432, n_heads=48, kv_heads=1, seq_len=2048, global_batch_tokens=2048 * 2048,
-             gpus_per_node=4, vocab_size=256_000),
+             gpus_per_node=4, vocab_size=256_000, **_LLAMA),
         "MP 12 · PP 1 · DP 256 (FSDP) per pod, x2 pods", elapsed=True),
     Run("MegaScale 175B", 175e9, 300e9, "A100", 12288, 0.552, "published MFU",
         1.75, "days", "arXiv 2402.15627 abstract (55.2 % MFU on 12,288 GPUs, a 175B model); the 1.75 days "
@@ -269,16 +276,16 @@ _L2_SEEN = ("GPU-hours 184,320 / 368,640 / 1,720,320 and the 200 Gb/s endpoints 
             "counts not published: 2048 assumed (RoCE 'scaled almost as well as InfiniBand up to 2000 GPUs').")
 HELD_OUT: tuple[Run, ...] = (
     Run("LLaMA 13B", 13.0e9, 1.0e12, "A100", 2048, None, "none published", 135_168, "gpu_hours", _L1, _L1_SEEN,
-        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000)),
+        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000, **_LLAMA)),
     Run("LLaMA 65B", 65.2e9, 1.4e12, "A100", 2048, None, "none published", 1_022_362, "gpu_hours", _L1, _L1_SEEN,
-        shape=dict(n_layers=80, d_model=8192, n_heads=64, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000)),
+        shape=dict(n_layers=80, d_model=8192, n_heads=64, seq_len=2048, global_batch_tokens=4e6, vocab_size=32_000, **_LLAMA)),
     Run("Llama 2 7B", 6.74e9, 2.0e12, "A100", 2048, None, "none published", 184_320, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
+        shape=dict(n_layers=32, d_model=4096, n_heads=32, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000, **_LLAMA), elapsed=True),
     Run("Llama 2 13B", 13.0e9, 2.0e12, "A100", 2048, None, "none published", 368_640, "gpu_hours", _L2, _L2_SEEN,
-        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
+        shape=dict(n_layers=40, d_model=5120, n_heads=40, seq_len=4096, global_batch_tokens=4 * 2 ** 20, vocab_size=32_000, **_LLAMA), elapsed=True),
     Run("Llama 2 70B", 69.0e9, 2.0e12, "A100", 2048, None, "none published", 1_720_320, "gpu_hours", _L2, _L2_SEEN,
         shape=dict(n_layers=80, d_model=8192, n_heads=64, kv_heads=8, seq_len=4096,
-                   global_batch_tokens=4 * 2 ** 20, vocab_size=32_000), elapsed=True),
+                   global_batch_tokens=4 * 2 ** 20, vocab_size=32_000, **_LLAMA), elapsed=True),
 )
 
 
