@@ -25,6 +25,10 @@ class Accelerator:
     binary (80 GiB = 85.9e9 bytes, what ``torch.cuda.mem_get_info`` reports as total on an H100).
     ``nic_bits_per_s`` is the scale-out NIC rate per chip of the generation's reference system
     (``nic_source``): the default a planner uses when the user names no network.
+    ``storage_bytes_per_s`` and ``restart_seconds`` are what a published training cluster of the
+    generation measured or reported for its checkpoint writes and for one restart after a failure
+    (``cluster_source``; a generation with no published figure borrows its contemporary's, and
+    says so): chapter 12's inputs, which the planner uses unless given its own.
     """
 
     name: str
@@ -38,6 +42,11 @@ class Accelerator:
     sparse_flops: Mapping[str, float] = field(default_factory=dict)
     nic_bits_per_s: float = 400e9
     nic_source: str = ""
+    # the checkpoint filesystem's write rate (bytes/s, the whole cluster's) and the time one restart
+    # takes (s) on a published cluster of the generation (``cluster_source``): the planner's defaults
+    storage_bytes_per_s: float = 2e12
+    restart_seconds: float = 600.0
+    cluster_source: str = ""
 
     @property
     def training_dtype(self) -> str:
@@ -63,6 +72,26 @@ _HDR = "NVIDIA DGX A100 datasheet: 8x single-port ConnectX-6 VPI, 200 Gb/s HDR I
 _EDR = ("NVIDIA DGX-1 (V100) datasheet: 4x 100 Gb/s EDR InfiniBand for 8 GPUs; DGX-2: 8x EDR for 16 "
         "(the rate per port; the count is the planner's nics_per_node)")
 _XDR = "NVIDIA DGX B300 specifications: 8x ConnectX-8 SuperNIC, up to 800 Gb/s per GPU"
+# Checkpoint storage and restart time of a published cluster per generation (chapter 12's inputs).
+_HOPPER_CLUSTER = dict(
+    storage_bytes_per_s=2e12, restart_seconds=600.0,
+    cluster_source="storage: arXiv 2407.21783 §3.3.1 (Llama 3's Tectonic filesystem for up to 16K H100: a "
+                   "sustainable throughput of 2 TB/s, 7 TB/s peak); restart: arXiv 2509.16293 §2.3 (ByteRobust: "
+                   "failover often takes more than 10 minutes for training on 10,000 GPUs)")
+_AMPERE_CLUSTER = dict(
+    storage_bytes_per_s=273e9, restart_seconds=600.0,
+    cluster_source="storage: arXiv 2104.04473 §5.10 (checkpoint saves of the 1T model on 3,072 A100 reached "
+                   "273 GB/s, 40 % of the filesystem's peak write bandwidth); restart: arXiv 2402.15627 §6.3 "
+                   "(MegaScale, over 10,000 Ampere GPUs: detecting a failure and running the diagnostic tests "
+                   "take under 10 minutes on average)")
+
+
+def _borrowed(cluster: dict, generation: str, why: str) -> dict:
+    """A generation without a published cluster figure takes ``cluster``'s and says so."""
+    return dict(cluster, cluster_source=f"no published figure found for {why}: {generation}'s, "
+                                        f"{cluster['cluster_source']}")
+
+
 _ICI = ("inside a TPU slice every hop is ICI (the pod is one torus): the 'network' beyond a host is the same "
         "ICI, so its rate is the per-chip ICI figure")
 
@@ -74,6 +103,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             hbm_bytes=80 * GIB, hbm_bandwidth=3.35e12, link_bandwidth=450e9, domain_size=8,
             source=_NV_H100 + "; 80 GB HBM3 (80 GiB); NVLink 4: 18 links, 900 GB/s total = 450 GB/s per direction",
             sparse_flops=_freeze({"bf16": 1979e12, "fp8": 3958e12}), nic_bits_per_s=400e9, nic_source=_NDR,
+            **_HOPPER_CLUSTER,
         ),
         Accelerator(
             "H100-PCIe",
@@ -81,6 +111,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             hbm_bytes=80 * GIB, hbm_bandwidth=2.0e12, link_bandwidth=300e9, domain_size=2,
             source=_NV_H100 + "; 80 GB HBM2e (80 GiB); NVLink bridge 600 GB/s total between a pair of cards",
             sparse_flops=_freeze({"bf16": 1513e12, "fp8": 3026e12}), nic_bits_per_s=400e9, nic_source=_NDR,
+            **_HOPPER_CLUSTER,
         ),
         Accelerator(
             "H800",
@@ -90,6 +121,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
                    "(200 GB/s per direction); DeepSeek-V3's cluster (arXiv 2412.19437 §3.1: 2048 H800, 8 per node)",
             nic_bits_per_s=400e9,
             nic_source="arXiv 2412.19437 §3.2.2: InfiniBand at 50 GB/s (400 Gb/s) per GPU across nodes",
+            **_HOPPER_CLUSTER,
         ),
         Accelerator(
             "H200",
@@ -98,6 +130,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="NVIDIA H200 datasheet (2024): H100 SXM compute, 141 GB HBM3e at 4.8 TB/s",
             notes="141 GB taken as decimal: the enabled capacity is not a power of two",
             nic_bits_per_s=400e9, nic_source=_NDR,
+            **_HOPPER_CLUSTER,
         ),
         Accelerator(
             "A100",
@@ -106,6 +139,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="NVIDIA A100 datasheet (SXM4 80GB): 312 TFLOPS dense BF16, 80 GB HBM2e (80 GiB) at 2,039 GB/s, "
                    "NVLink 3 600 GB/s total",
             nic_bits_per_s=200e9, nic_source=_HDR,
+            **_AMPERE_CLUSTER,
         ),
         Accelerator(
             "A100-40GB",
@@ -114,6 +148,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="NVIDIA A100 datasheet (SXM4 40GB): 312 TFLOPS dense BF16, 40 GB HBM2 (40 GiB) at 1,555 GB/s, "
                    "NVLink 3 600 GB/s total",
             nic_bits_per_s=200e9, nic_source=_HDR,
+            **_AMPERE_CLUSTER,
         ),
         Accelerator(
             "V100",
@@ -123,6 +158,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
                    "32 GB HBM2 (32 GiB) at 900 GB/s, NVLink 2 300 GB/s total = 150 GB/s per direction",
             notes="no BF16 tensor cores: mixed precision trains in FP16 with loss scaling (training_dtype)",
             nic_bits_per_s=100e9, nic_source=_EDR,
+            **_borrowed(_AMPERE_CLUSTER, "Ampere", "a V100 training cluster"),
         ),
         Accelerator(
             "B200",
@@ -131,6 +167,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="NVIDIA HGX/DGX B200 specifications (dense = half the sparse figures); NVLink 5 1.8 TB/s total",
             notes="192 GB physical HBM3e; 180 GB usable in HGX/DGX B200 systems",
             nic_bits_per_s=400e9, nic_source="NVIDIA DGX B200 datasheet: 8x ConnectX-7, 400 Gb/s InfiniBand per GPU",
+            **_borrowed(_HOPPER_CLUSTER, "Hopper", "a Blackwell training cluster"),
         ),
         Accelerator(
             "B300",
@@ -139,6 +176,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="NVIDIA B300 (Blackwell Ultra) documentation: 288 GB HBM3e per GPU; GB300 NVL72 = 72 GPUs in one NVLink 5 domain",
             notes="dense BF16 taken equal to B200 (Blackwell Ultra raised FP4, not BF16); check the datasheet for your SKU",
             nic_bits_per_s=800e9, nic_source=_XDR,
+            **_borrowed(_HOPPER_CLUSTER, "Hopper", "a Blackwell training cluster"),
         ),
         Accelerator(
             "MI250X",
@@ -150,6 +188,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
                   "Frontier/LUMI node",
             nic_bits_per_s=200e9,
             nic_source="OLCF Frontier user guide: 4x HPE Slingshot 200 Gb/s NICs per node, one per MI250X",
+            **_borrowed(_AMPERE_CLUSTER, "Ampere (its contemporary)", "an MI250X training cluster"),
         ),
         Accelerator(
             "MI300X",
@@ -160,6 +199,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             sparse_flops=_freeze({"bf16": 2614.9e12, "fp8": 5229.8e12}),
             nic_bits_per_s=400e9,
             nic_source="AMD Instinct MI300X platform: 8 GPUs, one 400 Gb/s NIC each (the DGX H100 pattern)",
+            **_borrowed(_HOPPER_CLUSTER, "Hopper (its contemporary)", "an MI300X training cluster"),
         ),
         Accelerator(
             "TPUv4",
@@ -168,6 +208,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="Google Cloud TPU v4 documentation: 275 TFLOPS bf16, 32 GiB HBM2 at 1200 GB/s, 4096-chip pod (3D torus, optical switches)",
             notes="ICI quoted as 2400 Gbps per chip; taken here as both directions together",
             nic_bits_per_s=150e9 * 8, nic_source=_ICI,
+            **_borrowed(_AMPERE_CLUSTER, "Ampere (its contemporary)", "a TPU v4 pod"),
         ),
         Accelerator(
             "TPUv5e",
@@ -176,6 +217,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="Google Cloud TPU v5e documentation: 197 TFLOPs bf16, 16 GB HBM2 at 819 GBps, 400 GBps "
                    "bidirectional ICI per chip, 256-chip pod (2D torus)",
             nic_bits_per_s=200e9 * 8, nic_source=_ICI,
+            **_borrowed(_HOPPER_CLUSTER, "Hopper (its contemporary)", "a TPU pod of this generation"),
         ),
         Accelerator(
             "TPUv5p",
@@ -184,6 +226,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="Google Cloud TPU v5p documentation: 459 TFLOPS bf16, 95 GB HBM2e at 2765 GB/s; 8960-chip pod, largest slice 6144 chips",
             notes="ICI quoted as 4800 Gbps per chip; taken here as both directions together",
             nic_bits_per_s=300e9 * 8, nic_source=_ICI,
+            **_borrowed(_HOPPER_CLUSTER, "Hopper (its contemporary)", "a TPU pod of this generation"),
         ),
         Accelerator(
             "TPUv6e",
@@ -192,6 +235,7 @@ ACCELERATORS: Mapping[str, Accelerator] = MappingProxyType({
             source="Google Cloud TPU v6e (Trillium) documentation: 918 TFLOPs bf16, 32 GB HBM at 1638 GBps, 800 GBps "
                    "bidirectional ICI per chip, 256-chip pod (2D torus)",
             nic_bits_per_s=400e9 * 8, nic_source=_ICI,
+            **_borrowed(_HOPPER_CLUSTER, "Hopper (its contemporary)", "a TPU pod of this generation"),
         ),
     ]
 })

@@ -33,6 +33,7 @@ def _plan_data() -> dict:
         "hardware": {name: {"hbm_bytes": acc.hbm_bytes, "link_bandwidth": acc.link_bandwidth,
                             "nic_bits_per_s": acc.nic_bits_per_s, "dtype": acc.training_dtype,
                             "hbm_bandwidth": acc.hbm_bandwidth,
+                            "storage_bytes_per_s": acc.storage_bytes_per_s, "restart_seconds": acc.restart_seconds,
                             "matmul_ceiling": stepmodel.MATMUL_CEILING[name][0],
                             "attention_ceiling": stepmodel._attention_ceiling(name),
                             "processors": list(stepmodel.PROCESSORS[name][:3])}
@@ -49,8 +50,6 @@ def _plan_data() -> dict:
         "zero_passes": {str(k): list(v) for k, v in layout.comm._PASSES.items()},
         "head_dim": planner._HEAD_DIM,
         "writer_bandwidth": planner._WRITER_BW,
-        "storage_bandwidth": planner._STORAGE_BW,
-        "restart_seconds": planner._RESTART_S,
         "checkpoint_bytes_per_param": planner._CKPT_BYTES_PER_PARAM,
         "bytes_per_token": token_dtype(int(plan_defaults["vocab_size"])).itemsize,
     }

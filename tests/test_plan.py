@@ -282,6 +282,25 @@ def test_held_out_runs_are_reported_apart_with_the_planners_own_mfu():
     assert s["tests"] == len(HELD_OUT) and s["within"] >= len(HELD_OUT) // 2 + 1   # most, as measured today
 
 
+def test_storage_and_restart_default_to_a_published_cluster_of_the_generation():
+    """Left None, the checkpoint filesystem's rate and the restart time are the accelerator
+    generation's published cluster's: Llama 3's 2 TB/s Tectonic for H100, the 273 GB/s Megatron-LM's
+    checkpoint saves reached on 3,072 A100; every generation cites its source, and one without a
+    published figure says whose it borrows."""
+    from course_lib.hardware import ACCELERATORS
+    for gpu, rate in (("H100-SXM", 2e12), ("A100", 273e9)):
+        p = plan(n_params=70e9, n_tokens=2e12, n_gpus=2048, gpu=gpu)
+        assert p.save_s == pytest.approx(p.checkpoint_bytes / min(2048 * 2e9, rate))
+        assert p.restart_s == ACCELERATORS[gpu].restart_seconds == 600.0
+        given = plan(n_params=70e9, n_tokens=2e12, n_gpus=2048, gpu=gpu, storage_bytes_per_s=rate,
+                     restart_seconds=600.0)
+        assert given.goodput == p.goodput
+    for acc in ACCELERATORS.values():
+        assert "arXiv 2" in acc.cluster_source, acc.name
+        borrowed = acc.cluster_source.startswith("no published figure found")
+        assert borrowed == (acc.name not in ("H100-SXM", "H100-PCIe", "H800", "H200", "A100", "A100-40GB")), acc.name
+
+
 def test_storage_and_restart_are_the_clusters_inputs():
     """Chapter 12's two cluster figures are plan inputs: a slower filesystem and a longer restart
     lower the goodput; a negative restart is refused by name."""

@@ -138,6 +138,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"fits in 80 GB", "the H100's HBM (course_lib.hardware, with its source)"),
         (r"its 156 TFLOP/s|its 3\.5 months|at 2K tokens", PUBLISHED),
         (r"is 3/4 of", "6N over 8N per token, derived in the same sentence"),
+        (r"on 10,000 GPUs|on 3,072 A100|\"under 10 minutes\"|more than 10,000 GPUs", PUBLISHED),
     ],
     "11_tensor_context.md": [
         (r"\b405B\b|\b1T model\b", "a model's name (Llama 3 405B, Megatron-LM's 1T model)"),
@@ -234,6 +235,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"156 TFLOP/s|3\.5 个月|12 路", PUBLISHED),
         (r"3/4 的 MFU", "6N over 8N per token, derived in the same sentence"),
         (r"每个参数 14 字节", "2 + 12 bytes per parameter without gradients, a definition (chapter 12)"),
+        (r"在 10,000 块 GPU|在 3,072 块 A100|“不到 10 分钟”", PUBLISHED),
     ],
     "zh/12_failures.md": [
         (r"\b405B\b", "Llama 3 405B's name, the model the chapter sizes"),

@@ -586,7 +586,7 @@
         return [text("gpu_mtbf_seconds", "one GPU's MTBF in s (Llama 3's)", D.faults.gpu_mtbf_seconds),
                 text("n_gpus", "GPUs in the job", D.faults.n_gpus),
                 text("save_seconds", "a save blocks training δ, s", "120"),
-                text("restart_seconds", "a restart takes R, s (assumed)", D.faults.restart_seconds),
+                text("restart_seconds", "a restart takes R, s (a 10,000-GPU failover)", D.faults.restart_seconds),
                 text("interval_seconds", "compute between saves τ, s (auto = Young's)", "auto")];
       },
       run: function (v) {

@@ -73,7 +73,7 @@
       "one GPU's MTBF in s (Llama 3's)": "单块 GPU 的 MTBF，秒（Llama 3 的数据）",
       "GPUs in the job": "作业的 GPU 数",
       "a save blocks training δ, s": "一次保存阻塞训练的时间 δ，秒",
-      "a restart takes R, s (assumed)": "一次重启的耗时 R，秒（假设值）",
+      "a restart takes R, s (a 10,000-GPU failover)": "一次重启的耗时 R，秒（万卡规模的一次故障切换）",
       "compute between saves τ, s (auto = Young's)": "两次保存之间的计算时间 τ，秒（auto = Young 公式）",
       "tokens per rank and microbatch T": "每个 rank 每个 microbatch 的 token 数 T",
       "width d": "宽度 d",

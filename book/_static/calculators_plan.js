@@ -308,12 +308,12 @@
 
   /* planner.failure_budget: checkpoint_bytes_per_rank, save_seconds, cluster_mtbf, Young's interval
    * (never shorter than one step), goodput; its two refusals. */
-  function faults(n, nGpus, step) {
+  function faults(n, nGpus, step, hw) {    // hw: the accelerator's cluster (storage, restart)
     var ckpt = checked([["n_params", F(n)], ["n_ranks", I(nGpus)], ["bytes_per_param", F(P.checkpoint_bytes_per_param)]],
       function () { var x = n * P.checkpoint_bytes_per_param / nGpus; return {x: x, numbers: [x]}; }).x * nGpus;
     var save = checked([["checkpoint_bytes", F(ckpt)], ["n_writers", I(nGpus)], ["writer_bandwidth", F(P.writer_bandwidth)],
-                        ["storage_bandwidth", F(P.storage_bandwidth)]], function () {
-      var x = ckpt / Math.min(nGpus * P.writer_bandwidth, P.storage_bandwidth);
+                        ["storage_bandwidth", F(hw.storage_bytes_per_s)]], function () {
+      var x = ckpt / Math.min(nGpus * P.writer_bandwidth, hw.storage_bytes_per_s);
       return {x: x, numbers: [x]};
     }).x;
     var gm = L.positive("gpu_mtbf_seconds", PLAN.gpu_mtbf_seconds);
@@ -323,7 +323,7 @@
       var x = Math.sqrt(2 * save) * Math.sqrt(mtbf);
       return {x: x, numbers: [x]};
     }).x : 0.0;
-    var tau = Math.max(young, step), r = P.restart_seconds, good = 0.0;
+    var tau = Math.max(young, step), r = hw.restart_seconds, good = 0.0;
     if (mtbf > 0 && tau + save < Infinity)
       good = checked([["interval_seconds", F(tau)], ["save_seconds", F(save)], ["restart_seconds", F(r)],
                       ["mtbf_seconds", F(mtbf)]], function () {
@@ -379,7 +379,7 @@
       var used = auto ? best.mfu : L.utilisation("mfu", v.mfu);
       var dt = P.hardware[gpu].dtype, days = L.trainingDays(F(n), F(d), I(nGpus), F(used), gpu, dt);
       var stepS = 6.0 * n * batch / (nGpus * D.accelerators[gpu][dt] * used);
-      var gpuHours = days * 24.0 * nGpus, f = faults(n, nGpus, stepS);
+      var gpuHours = days * 24.0 * nGpus, f = faults(n, nGpus, stepS, P.hardware[gpu]);
       var tokensPerS = batch / stepS, bpt = P.bytes_per_token;
       var out = {layout_shape: shape(best), zero_stage: best.zero, recompute: best.recompute,
                  microbatches: best.microbatches, memory_bytes: best.memory, usable_bytes: best.usable,
@@ -388,7 +388,7 @@
                  wall_days: days / f.good, loader_tokens_per_s: tokensPerS};
       var flopsTotal = L.trainingFlops(F(n), F(d));
       out.numbers = [n, d, flopsTotal, d / n, nGpus, g, s, batch, sh[0], sh[1], sh[2], stepS, d / batch,
-                     days, gpuHours, price, out.cost, f.ckpt, f.save, f.mtbf, f.interval, P.restart_seconds, f.good,
+                     days, gpuHours, price, out.cost, f.ckpt, f.save, f.mtbf, f.interval, P.hardware[gpu].restart_seconds, f.good,
                      out.wall_days, tokensPerS, tokensPerS * bpt, bpt].concat(best.numbers);
       return out;
     });

@@ -13,7 +13,7 @@ import math
 from .. import faults, flops, scaling
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
-from ..hardware import lookup
+from ..hardware import ACCELERATORS, lookup
 from ..layout import _MAX_LAYERS, _POW2, USABLE_FRACTION, layout
 from ..layout_moe import MoE
 from ..numerics import format_info, stall_point
@@ -27,9 +27,13 @@ DEFAULT_PRICE_PER_GPU_HOUR = 2.0
 # Per-GPU MTBF implied by Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s
 # (arXiv 2407.21783 §3.3.4; course_lib.faults.LLAMA3): about 5.8 years per GPU (chapter 12).
 LLAMA3_GPU_MTBF_S = faults.LLAMA3_GPU_MTBF_S
-# Chapter 12's checkpoint inputs: each rank writes its shard at 2 GB/s, the filesystem sustains
-# 2 TB/s (Llama 3's Tectonic, §3.3.1), a restart costs 10 minutes (assumed; Llama 3 gives none).
-_WRITER_BW, _STORAGE_BW, _RESTART_S = 2e9, 2e12, 600.0
+# Chapter 12's checkpoint inputs: each rank writes its shard at 2 GB/s; the filesystem's rate and a
+# restart's time are the accelerator generation's published cluster's (Accelerator.storage_bytes_per_s,
+# .restart_seconds, .cluster_source): for H100, Llama 3's Tectonic at 2 TB/s (arXiv 2407.21783 §3.3.1)
+# and ByteRobust's 10-minute failover (arXiv 2509.16293 §2.3), also failure_budget's defaults.
+_WRITER_BW = 2e9
+_STORAGE_BW = ACCELERATORS["H100-SXM"].storage_bytes_per_s
+_RESTART_S = ACCELERATORS["H100-SXM"].restart_seconds
 _CKPT_BYTES_PER_PARAM = 14.0       # BF16 weights 2 + FP32 master 4 + Adam moments 8; no gradients
 _HEAD_DIM = 128                    # Llama 2/3, GPT-3 175B: d_model = 128 · heads
 
@@ -192,8 +196,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          n_layers: int | None = None, d_model: int | None = None, n_heads: int | None = None,
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
-         usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float = _STORAGE_BW,
-         restart_seconds: float = _RESTART_S, moe: MoE | None = None, block: str = "gpt") -> Plan:
+         usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float | None = None,
+         restart_seconds: float | None = None, moe: MoE | None = None, block: str = "gpt") -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -205,7 +209,9 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     sizing fit defaults to Besiroglu et al.'s refit, the one that agrees with ~20 tokens per
     parameter (chapter 2; Hoffmann's rounded constants print ~100 at 1e24 FLOP).
     ``storage_bytes_per_s`` and ``restart_seconds`` are the cluster's checkpoint write rate and
-    restart time (chapter 12); the defaults are Llama 3's Tectonic rate and a 10-minute restart.
+    restart time (chapter 12); left None they are those of a published cluster of ``gpu``'s
+    generation (``Accelerator.cluster_source``: for H100 Llama 3's Tectonic at 2 TB/s and a
+    10-minute failover, for A100 the 273 GB/s Megatron-LM's checkpoints reached on 3,072 A100).
     ``moe`` (``course_lib.layout_moe.MoE``) plans a mixture of experts: ``n_params`` is then the
     active count (6ND), the layout holds every expert, and EP joins the layout search.
     ``block`` counts a layer's activations as Korthikanti's GELU / multi-head / dropout block
@@ -249,6 +255,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     step_s = 6.0 * n * batch / (n_gpus * acc.peak(acc.training_dtype) * used)
     gpu_hours = days * 24.0 * n_gpus
     # chapter 12: checkpoint size, save, interval, goodput at the cluster's MTBF
+    storage_bytes_per_s = acc.storage_bytes_per_s if storage_bytes_per_s is None else storage_bytes_per_s
+    restart_seconds = acc.restart_seconds if restart_seconds is None else restart_seconds
     try:
         ckpt, save, mtbf, interval, good = failure_budget(n, n_gpus, gpu_mtbf_seconds, step_s,
                                                           storage_bytes_per_s, restart_seconds)
