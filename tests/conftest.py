@@ -75,10 +75,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
             yellow=True, bold=True)
 
 
+# The per-page browser tests are split over three files so that pytest-xdist (--dist loadfile, one
+# file per worker) spreads them over both workers: each file's pages, by the module that asks.
+# test_site.py takes every page the other two do not.
+SITE_PAGE_FILES = {
+    "test_site_zh": lambda page: page.startswith("book/zh/"),                     # the Chinese edition
+    "test_site_labs": lambda page: page.split("/")[0] in ("notebooks", "solutions"),   # labs, worked answers
+}
+
+
+def pages_of(module: str) -> list[str]:
+    """The site pages whose per-page tests run in ``module`` (a test file's module name)."""
+    if module in SITE_PAGE_FILES:
+        return [p for p in site_pages() if SITE_PAGE_FILES[module](p)]
+    return [p for p in site_pages() if not any(claims(p) for claims in SITE_PAGE_FILES.values())]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One site test per page: a failure names the page.
     if "site_page" in metafunc.fixturenames:
-        pages = site_pages()
+        pages = pages_of(metafunc.module.__name__)
         metafunc.parametrize("site_page", pages, ids=pages)
 
 
@@ -128,8 +144,8 @@ def _build_book() -> BookBuild:
 # in the background from the start of the run (see pytest_sessionstart), so no worker sits waiting.
 # the longest first, so it is not the last file left running on one worker while the other idles
 # (test_handout.py builds the students' site, reusing this build's jupyter cache once it is done)
-BOOK_TEST_FILES = ("test_handout.py", "test_site.py", "test_site_calculators.py", "test_book.py",
-                   "test_site_static.py", "test_claims.py")
+BOOK_TEST_FILES = ("test_handout.py", "test_site.py", "test_site_labs.py", "test_site_zh.py",
+                   "test_site_calculators.py", "test_book.py", "test_site_static.py", "test_claims.py")
 BOOK_JOB_ENV = "COURSE_BOOK_JOB"   # set by the xdist controller: where the background build reports
 
 
