@@ -43,16 +43,16 @@ exercises: $(VENV_OK)
 
 # Three parts. (1) Everything except the few timing tests, on JOBS pytest-xdist workers, one test
 # file (or notebook) per worker at a time: most tests wait on processes, browsers and kernels, so two
-# workers keep two cores busy. (2) The notebooks, and the unit tests that compare numbers computed
-# two ways (split across ranks vs. whole, one optimizer vs. its reference: NUMERIC_TESTS), under a
-# second CPU kernel path (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine, default elsewhere), so a
-# stored output or a float bound that only this machine meets fails here instead of on a reader's
-# or an instructor's machine. The notebooks run once, there: their stored outputs must come out
-# the same on any CPU, and checking them under other kernels than this machine's is the stronger
-# of the two checks (a machine with no second path runs them in part 1). The notebooks whose
-# checked outputs hold no float (nbtools.KERNEL_PATH_INDEPENDENT, each with its reason) run in
-# part 1 on this machine's kernels. (3) The tests marked `serial`, which compare wall-clock time
-# with a tight bound, alone on a quiet machine.
+# workers keep two cores busy. The notebooks (labs and worked answers) run in this same session, but
+# their kernels compute on a second CPU kernel path (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine,
+# default elsewhere; the plugin course_lib.nbtools_pytest sets it for each notebook's kernel only),
+# so a stored output that only this machine reproduces fails here instead of on a reader's or an
+# instructor's machine; checking them under other kernels than this machine's is the stronger of
+# the two checks (a machine with no second path runs them on its own). The notebooks whose checked
+# outputs hold no float (nbtools.KERNEL_PATH_INDEPENDENT, each with its reason) keep this machine's
+# kernels. (2) The unit tests that compare numbers computed two ways (split across ranks vs. whole,
+# one optimizer vs. its reference: NUMERIC_TESTS) again, wholly under the second kernel path. (3)
+# The tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
 JOBS ?= 2
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: unit tests, the book's tests, notebooks (conftest)
 SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
@@ -61,12 +61,12 @@ NUMERIC_TESTS = tests/test_numerics.py tests/test_stability.py tests/test_tensor
 	tests/test_fsdp_components.py tests/test_zero_state.py tests/test_pipeline.py tests/test_moe.py
 test: $(VENV_OK)
 	@second=$$($(PY) -m course_lib.nbtools second-path); \
-	if [ -z "$$second" ]; then here="notebooks solutions"; else here="$$($(PY) -m course_lib.nbtools kernel-path-independent)"; fi; \
-	$(PY) -m pytest -q --durations=15 $(XDIST) -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests $$here || exit $$?; \
-	if [ -z "$$second" ]; then echo "torch runs its default kernels here; no second kernel path to try"; \
-	else echo "numeric unit tests and notebooks under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
-	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --durations=10 $(XDIST) -m "not serial" --nbval --nbval-current-env \
-	  $$($(PY) -m course_lib.nbtools second-path-ignores) $(NUMERIC_TESTS) notebooks solutions || exit $$?; fi
+	if [ -n "$$second" ]; then echo "notebooks' kernels under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
+	else echo "torch runs its default kernels here; no second kernel path to try"; fi; \
+	COURSE_NOTEBOOK_KERNEL_PATH=$$second $(PY) -m pytest -q --durations=15 $(XDIST) -p course_lib.nbtools_pytest \
+	  -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions || exit $$?; \
+	if [ -n "$$second" ]; then echo "numeric unit tests under ATEN_CPU_CAPABILITY=$$second"; \
+	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --durations=10 $(XDIST) -m "not serial" $(NUMERIC_TESTS) || exit $$?; fi
 	$(PY) -m pytest -q -m serial $(SERIAL_FILES)
 
 # Check the notebooks under one kernel path: make test-notebooks CPU=default (or avx2, avx512).

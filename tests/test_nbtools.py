@@ -53,3 +53,43 @@ def test_notebooks_the_second_kernel_path_skips_check_no_float():
                 x = float(number)
                 near = Fraction(x).limit_denominator(12)
                 assert abs(float(near) - x) <= 5e-4 * max(1.0, x), (path, number)
+
+
+def test_make_tests_plugin_gives_only_the_notebooks_kernels_the_second_path(tmp_path):
+    """course_lib.nbtools_pytest, as `make test` loads it in one xdist session with the unit tests:
+    a notebook's kernel computes on COURSE_NOTEBOOK_KERNEL_PATH (its stored output is that path's
+    capability, so nbval passes only if the kernel really ran there), a unit test after it sees this
+    machine's kernels, and without the variable the plugin changes nothing."""
+    from pathlib import Path
+
+    import nbformat
+
+    from course_lib.nbtools_pytest import kernel_path_for
+    root = Path(__file__).resolve().parents[1]
+    assert kernel_path_for(root / "notebooks/05_pipeline_lab.ipynb", root, "avx2") == "avx2"
+    assert kernel_path_for(root / "notebooks/12_failures_lab.ipynb", root, "avx2") is None   # independent
+    assert kernel_path_for(root / "tests/test_layout.py", root, "avx2") is None
+    assert kernel_path_for(root / "notebooks/05_pipeline_lab.ipynb", root, "") is None
+    second = second_kernel_path()
+    if second is None:
+        pytest.skip("torch runs its default kernels on this CPU: there is no other path")
+    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    want = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, ATEN_CPU_CAPABILITY=second),
+                          capture_output=True, text=True, check=True).stdout
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell(code, execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=want)]
+    nb.cells = [cell]
+    nbformat.write(nb, tmp_path / "probe.ipynb")
+    (tmp_path / "test_after.py").write_text(
+        "import os, subprocess, sys\n"
+        "def test_native():\n"
+        "    assert 'ATEN_CPU_CAPABILITY' not in os.environ\n")
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course_lib.nbtools_pytest",
+            "--nbval", "--nbval-current-env", "probe.ipynb", "test_after.py"]
+    run = subprocess.run(args, cwd=tmp_path, env=dict(env, COURSE_NOTEBOOK_KERNEL_PATH=second),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:]
+    off = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert off.returncode != 0 and "probe.ipynb" in off.stdout    # native kernels: the stored output differs
