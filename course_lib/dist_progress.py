@@ -62,7 +62,8 @@ def _where(frame) -> tuple[tuple, dict]:
         return (id(dist_frame), dist_frame.f_code), {
             "doing": f"in torch.distributed.{dist_frame.f_code.co_name}{at}", "collective": True}
     code, line = frame.f_code, frame.f_lineno
-    text = linecache.getline(code.co_filename, line).strip()
+    # f_lineno is None for a frame caught between instructions (Python 3.11, read from another thread)
+    text = linecache.getline(code.co_filename, line).strip() if line is not None else ""
     # an asynchronous collective is waited on from the caller's own line (work.wait())
     waiting = text.endswith(".wait()") or ".wait(" in text
     doing = f"in {code.co_name} at {_short(code.co_filename)}:{line}" + (f": {text}" if text else "")

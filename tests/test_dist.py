@@ -313,3 +313,17 @@ def test_same_worker_runs_under_torchrun():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "rank 0: {'rank': 0" in out.stdout and "'ok': True" in out.stdout
     assert "rank 1: {'rank': 1" in out.stdout
+
+
+def test_progress_stamp_survives_a_frame_without_a_line_number():
+    """Python 3.11 can show another thread a frame whose f_lineno is None (between instructions):
+    the progress thread stamps it without its source line instead of dying with a TypeError in
+    linecache (which also printed a traceback into a book page's stderr)."""
+    from types import SimpleNamespace
+
+    from course_lib.dist_progress import _where
+    frame = SimpleNamespace(f_code=test_progress_stamp_survives_a_frame_without_a_line_number.__code__,
+                            f_lineno=None, f_back=None)
+    key, fields = _where(frame)
+    assert "test_progress_stamp_survives_a_frame_without_a_line_number" in fields["doing"]
+    assert fields["collective"] is False

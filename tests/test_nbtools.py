@@ -85,7 +85,8 @@ def test_make_tests_plugin_gives_only_the_notebooks_kernels_the_second_path(tmp_
         "import os, subprocess, sys\n"
         "def test_native():\n"
         "    assert 'ATEN_CPU_CAPABILITY' not in os.environ\n")
-    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    # make test itself runs under the plugin: neither its variable nor the path may leak in here
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "COURSE_NOTEBOOK_KERNEL_PATH")}
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course_lib.nbtools_pytest",
             "--nbval", "--nbval-current-env", "probe.ipynb", "test_after.py"]
     run = subprocess.run(args, cwd=tmp_path, env=dict(env, COURSE_NOTEBOOK_KERNEL_PATH=second),
