@@ -6,8 +6,8 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
    over the DP·CP ranks that hold the same weights. Activations are Korthikanti et al.'s per-layer
    bytes (``memory.activation_bytes_per_layer``, with sequence parallelism whenever TP > 1), or a
    Llama block's counted tensor by tensor with ``block="llama"``
-   (``memory.llama_activation_bytes_per_layer``), at the context-parallel shard s/CP, times the layers a first pipeline stage keeps alive: ⌈L/PP⌉ layers
-   for min(PP, m) microbatches under 1F1B, × (1 + (PP−1)/(PP·v)) with v interleaved chunks (their
+   (``memory.llama_activation_bytes_per_layer``), at the context-parallel shard s/CP, times the
+   layers a first pipeline stage keeps alive: ⌈L/PP⌉ layers for min(PP, m) microbatches under 1F1B, × (1 + (PP−1)/(PP·v)) with v interleaved chunks (their
    §4.2.3; at most m); L layers of one microbatch without PP. What must fit is ``usable_fraction`` of HBM (the
    rest is logits, workspace, communication buffers and fragmentation, not modelled).
 2. **How long is a step?** Compute is timed op by op on one GPU (``course_lib.stepmodel``): each
@@ -182,7 +182,7 @@ def _layer_activations(job: _Job, s_cp: int, tp: int, sp: bool) -> float:
     if job.block == "gpt":
         return _activation_bytes(s_cp, job.b, job.h, job.a, tp, sp, "selective")
     a_kv = job.a * job.kv // job.h                                # kv_heads
-    mlp = max(job.psi / job.L - (2.0 * job.h * job.h + 2.0 * job.h * job.kv), job.h * job.h)
+    mlp = _mlp_params(job.psi, job.L, job.h, job.kv)
     return _llama_activation_bytes(s_cp, job.b, job.h, job.a, a_kv, mlp / (3.0 * job.h), tp, sp)
 
 
@@ -345,11 +345,16 @@ def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp, m
     """A pure function of its arguments, cached: the search asks it again for every PP, DP, v,
     ZeRO stage and recomputation mode of one (TP, CP). ``mlp``: the MLP's parameters, by default
     the rest of a layer's share of Ψ after attention."""
-    attn_params = 2.0 * h * h + 2.0 * h * kv
     if mlp is None:
-        mlp = max(psi / n_layers - attn_params, h * h)
+        mlp = _mlp_params(psi, n_layers, h, kv)
     shape = stepmodel.LayerShape(t_mb, h, kv, mlp, tp, sp, s, cp, b)
     return stepmodel.layer_time(shape, gpu, peak, hbm)
+
+
+def _mlp_params(psi: float, n_layers: int, h: int, kv: int) -> float:
+    """A layer's MLP parameters: its share of Ψ after attention's Q, O (h² each) and K, V (h·kv
+    each, kv the K/V width), at least h²."""
+    return max(psi / n_layers - (2.0 * h * h + 2.0 * h * kv), h * h)
 
 
 def _candidates(job: _Job, recompute: tuple[str, ...]):
