@@ -121,6 +121,12 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
         start = datetime.timedelta(seconds=start_timeout_s or timeout_s)
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=start)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        if backend == "gloo":
+            # gloo's full-mesh handshake can still be running on a slow peer when this rank's
+            # init returns: a worker that returns at once and tears down would close the socket
+            # under it ("connectFullMesh ... closed by peer"). No rank leaves the barrier before
+            # every rank is connected. (NCCL connects lazily, at the first collective.)
+            dist.barrier()
         try:
             report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),
                                                         **kwargs)))
