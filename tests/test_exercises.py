@@ -30,7 +30,10 @@ def _grade(folder: Path, out: Path, pass_mark: float, *extra: str):
                            "--out", str(out), "--pass-mark", str(pass_mark),
                            "--timeout-cell", "120", "--timeout-notebook", "300", *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    return proc, json.loads((out / "grades.json").read_text())
+    report = out / "grades.json"
+    # no report means the grader itself failed (exit 3, e.g. no bubblewrap): show what it said
+    assert report.exists(), f"grader exit {proc.returncode}, no grades.json:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    return proc, json.loads(report.read_text())
 
 
 def _rows(report):
