@@ -133,7 +133,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"node's 400 Gb/s network link", "the stated assumption of one node's NIC (50 GB/s)"),
     ],
     "13_plan.md": [
-        (r"\b(?:405B|1T|37B|671B|8B|70B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active)"),
+        (r"\b(?:405B|1T|37B|671B|8B|70B|7B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active; Llama 2 7B)"),
         (r"466 interruptions|range from 38 % to 55 %|its 55\.2 %|higher than 90 % effective", PUBLISHED),
         (r"fits in 80 GB", "the H100's HBM (course_lib.hardware, with its source)"),
         (r"its 156 TFLOP/s|its 3\.5 months|at 2K tokens", PUBLISHED),
@@ -229,7 +229,7 @@ PAGES: dict[str, list[tuple[str, str]]] = {
         (r"NVLink（450 GB/s|一块 400 Gb/s 网卡", "datasheet constants (course_lib.hardware, course_lib.network)"),
     ],
     "zh/13_plan.md": [
-        (r"\b(?:405B|1T|37B|671B|8B|70B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active)"),
+        (r"\b(?:405B|1T|37B|671B|8B|70B|7B)\b", "a model's name or its published parameter counts (DeepSeek-V3: 671B total, 37B active; Llama 2 7B)"),
         (r"466 次中断|的 55\.2 %|“高于 90 %”|为期 54 天", PUBLISHED),
         (r"放进 80 GB", "the H100's HBM (course_lib.hardware, with its source)"),
         (r"156 TFLOP/s|3\.5 个月|12 路", PUBLISHED),
