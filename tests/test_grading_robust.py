@@ -164,6 +164,40 @@ def test_executed_copies_are_regular_capped_files(tmp_path):
     assert "not kept" in (tmp_path / "big.skipped").read_text()
 
 
+@needs_bwrap
+def test_a_huge_sparse_notebook_costs_its_author_only(tmp_path):
+    """A sparse 3 GiB "notebook" (no disk used) beside an honest one: the grader read it whole,
+    twice over (2 GiB measured 4.2 GB of grader memory), so a dozen of them ended the run for the
+    whole class. Now its author scores 0 with a message saying why and what to do, the honest
+    submission is graded in full, the copy check (--solutions) skips it, and no process of the
+    run grows past a fraction of the file's size."""
+    from course_lib.grading._notebook import SUBMISSION_CAP
+    cls = tmp_path / "class"
+    for student in ("alice", "mallory"):
+        (cls / student).mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "01_flops.ipynb", cls / "alice" / "01_flops.ipynb")
+    with open(cls / "mallory" / "01_flops.ipynb", "wb") as f:
+        f.truncate(3 << 30)
+    assert os.stat(cls / "mallory" / "01_flops.ipynb").st_blocks == 0          # really sparse
+    # a parent of its own, whose children's peak memory is the grader's and its sandboxes'
+    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)")
+    proc = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "course_lib.grading", "grade",
+                           str(cls), "--out", str(tmp_path / "out"), "--seed", "1",
+                           "--solutions", str(ROOT / "solutions")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr                    # mallory fails, nobody errs
+    peak_kb = int(proc.stdout.strip().splitlines()[-1])
+    assert peak_kb * 1024 < 1 << 30, f"a process of the run held {peak_kb / 2**20:.1f} GiB"
+    grades = {nb["student"]: nb for nb in _strict((tmp_path / "out" / "grades.json").read_text())["notebooks"]}
+    assert grades["alice"]["percent"] == 100.0, grades["alice"]
+    [row] = grades["mallory"]["questions"]
+    assert row["qid"] == "(notebook)" and grades["mallory"]["percent"] == 0
+    limit = SUBMISSION_CAP >> 20
+    assert row["message"] == (f"error: the notebook is 3072 MB, over the grader's limit of {limit} MB: "
+                              "clear its outputs and submit it again")
+
+
 def test_a_trickled_reply_cannot_outlast_the_call_limit():
     """The sandbox's end of the callback socket answers a byte every 0.1 s, forever: each read
     arrives in time, but the request's whole-exchange deadline (1 s) ends it."""

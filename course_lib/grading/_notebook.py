@@ -5,17 +5,57 @@
   notebook always gives the same bytes.
 - :func:`kernel_manager_class`: a kernel manager that starts ipykernel with *this* interpreter
   (``sys.executable``), whatever ``python3`` kernelspec a user has installed elsewhere.
+- :func:`read_capped`: the bytes of a file a submission controls, refused before reading when it
+  is larger than the grader will hold (``SUBMISSION_CAP``), a link or not a regular file.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 TIMING_KEYS = ("execution", "ExecuteTime")
 _ID_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+#: The largest notebook the grader reads, in bytes. The course's biggest lab, with every figure
+#: in its outputs, is about 0.6 MB. Every reader of a submission holds it whole (the runner, the
+#: copy of it the sandbox runs, the copy check), so without a cap a sparse file (``truncate -s``:
+#: gigabytes of size, no disk) costs the grader twice its size in memory: 2 GB measured 4.2 GB,
+#: and a dozen would end a 24 GB machine's run for the whole class.
+SUBMISSION_CAP = 64 << 20
+
+
+class TooLarge(ValueError):
+    """A file over the cap of :func:`read_capped`; ``size`` and ``cap`` in bytes."""
+
+    def __init__(self, size: int, cap: int) -> None:
+        super().__init__(f"{size} bytes, over the limit of {cap}")
+        self.size, self.cap = size, cap
+
+
+def read_capped(path: Path, cap: int = SUBMISSION_CAP) -> bytes:
+    """The bytes of the regular file ``path`` if it holds at most ``cap`` of them.
+
+    Opened without following a symbolic link and without waiting on a FIFO; judged by its size
+    before a byte is read (so a sparse terabyte costs nothing), and read at most ``cap + 1``
+    bytes deep in case it grows meanwhile. Raises :class:`TooLarge` when over the cap, ``OSError``
+    when it cannot be opened or is not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"not a regular file: {Path(path).name}")
+        if st.st_size > cap:
+            raise TooLarge(st.st_size, cap)
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise TooLarge(len(data), cap)
+    return data
 
 
 def source_text(src: Any) -> str:

@@ -13,7 +13,7 @@ import json
 import tokenize
 from pathlib import Path
 
-from course_lib.grading._notebook import source_text
+from course_lib.grading._notebook import TooLarge, read_capped, source_text
 from course_lib.grading.generate import CODE_BEGIN, CODE_END
 
 MIN_CHARS = 40
@@ -65,9 +65,9 @@ def copy_note(submission: Path, masters: Path, chapter: str) -> str | None:
     if not cands:
         return None
     try:
-        sub = json.loads(submission.read_text(encoding="utf-8"))
+        sub = json.loads(read_capped(submission).decode("utf-8"))
         master = json.loads(cands[0].read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, TooLarge):  # the runner reports an unreadable or oversized notebook
         return None
     if not (isinstance(sub, dict) and isinstance(master, dict) and isinstance(sub.get("cells"), list)):
         return None  # not a notebook: the runner already reports it

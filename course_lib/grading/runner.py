@@ -32,7 +32,7 @@ from pathlib import Path
 
 from course_lib.grading import remote, sandbox, wire
 from course_lib.grading.classroom import Submission, default_jobs, discover, grade_all
-from course_lib.grading._notebook import source_text
+from course_lib.grading._notebook import TooLarge, read_capped, source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
 from course_lib.grading.i18n import LANG_ENV, check_lang, msg, render
@@ -151,12 +151,13 @@ def _events(progress: Path) -> list[dict]:
     return _read_jsonl(progress)
 
 
-def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options, name: str | None = None
-                   ) -> tuple[dict[str, Row], Answers, list[dict], bool, str | None]:
+def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Options, name: str | None = None,
+                   data: bytes | None = None) -> tuple[dict[str, Row], Answers, list[dict], bool, str | None]:
     """Run ``path`` in a sandbox; grade its function answers while it is alive; return the rows
     scored so far, the answers, the executor's progress events, whether it finished in time and,
     when the sandbox itself failed (not the student), why. ``name`` (default the file name)
-    places the executed copy under ``outdir/executed``."""
+    places the executed copy under ``outdir/executed``; ``data``, the notebook's bytes when the
+    caller has read them already (else read here, within ``SUBMISSION_CAP``)."""
     executed = outdir / "executed" / (name or path.name)
     executed.parent.mkdir(parents=True, exist_ok=True)
     rows: dict[str, Row] = {}
@@ -164,7 +165,7 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
         root = Path(tmp)
         (root / "work").mkdir()
         (root / "out").mkdir()
-        (root / "work" / path.name).write_bytes(path.read_bytes())
+        (root / "work" / path.name).write_bytes(read_capped(path) if data is None else data)
         argv = [sys.executable, "-m", "course_lib.grading._execute", str(INSIDE / "work" / path.name),
                 str(INSIDE / "out" / "progress.jsonl"), str(INSIDE / "out" / "executed.ipynb"),
                 "--timeout-cell", str(opts.timeout_cell),
@@ -217,20 +218,14 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
 def _keep(src: Path, dst: Path, cap: int) -> None:
     """Copy ``src`` to ``dst`` if it is a regular file of at most ``cap`` bytes (a sparse or huge
     file, a link or a FIFO left by a submission is not copied)."""
-    import os
-    import stat
-
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        data = read_capped(src, cap)
+    except FileNotFoundError:
         return
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > cap:
-            _write_capped(dst.with_suffix(".skipped"), f"executed copy not kept: {st.st_size} bytes "
-                          f"(limit {cap}) or not a regular file\n")
-            return
-        _write_capped(dst, f.read(cap))
+    except (OSError, TooLarge) as e:
+        _write_capped(dst.with_suffix(".skipped"), f"executed copy not kept: {e} (limit {cap} bytes)\n")
+        return
+    _write_capped(dst, data)
 
 
 def _write_capped(dst: Path, data: str | bytes) -> None:
@@ -338,16 +333,21 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
         return _fail(name, "?", render(msg("error: cannot tell the assignment from the file name: name it "
                                            "after its chapter (e.g. 01_flops.ipynb) or pass --chapter"), opts.lang))
     try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
+        data = read_capped(path)
+        nb = json.loads(data.decode("utf-8"))
         if not isinstance(nb, dict):
             raise ValueError("not a JSON object")
+    except TooLarge as e:
+        return _fail(name, chapter, render(msg("error: the notebook is {size} MB, over the grader's limit of {limit} "
+                                               "MB: clear its outputs and submit it again",
+                                               size=f"{e.size / 2**20:.0f}", limit=f"{e.cap / 2**20:.0f}"), opts.lang))
     except (OSError, ValueError) as e:
         return _fail(name, chapter, render(msg("error: not a readable notebook: {error}", error=str(e)), opts.lang))
     try:
         questions = load_bank(chapter, opts.bank)
     except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
         return _fail(name, chapter, f"error: cannot load the question bank: {type(e).__name__}: {e}")
-    rows, answers, events, finished, failure = run_submission(path, outdir, questions, opts, name)
+    rows, answers, events, finished, failure = run_submission(path, outdir, questions, opts, name, data)
     if failure is not None:
         return _fail(name, chapter, GRADER_ERROR + failure)
     g = NotebookGrade(printable(name), chapter)
