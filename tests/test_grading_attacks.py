@@ -172,6 +172,7 @@ def run_attacks() -> dict[str, str]:
         "c11_unbuildable_torch.ipynb": notebook(SETUP, inject(torch_lines)),
         "c12_source_not_text.ipynb": json.dumps(raw),
         "c13_not_an_object.ipynb": "[1, 2, 3]",
+        "c13_nested_too_deep.ipynb": '{"cells": ' + "[" * 200_000 + "]" * 200_000 + "}",   # json's recursion
         "c14_trickle.ipynb": notebook(SETUP, trickle),
         "c15_huge_output.ipynb": notebook(SETUP, "check('flops', 4e19)\nprint('x' * (20 << 20))"),
         "c16_log_flood.ipynb": notebook(SETUP, (
@@ -398,7 +399,8 @@ def test_no_attack_on_the_run_earns_a_point_or_breaks_it(runs):
         if "honest" not in name:
             assert all(q["score"] == 0 for q in rows.values()), (name, rows)
         assert not any(q["message"].startswith("grader error") for q in rows.values()), (name, rows)
-    assert scores["c13_not_an_object.ipynb"]["(notebook)"]["message"].startswith("error: not a readable notebook")
+    for name in ("c13_not_an_object.ipynb", "c13_nested_too_deep.ipynb"):
+        assert scores[name]["(notebook)"]["message"].startswith("error: not a readable notebook"), scores[name]
     for name in ("c10_unbuildable_numpy.ipynb", "c11_unbuildable_torch.ipynb"):
         assert sorted(scores[name]) == ["dtype", "flops", "scale", "shape"], scores[name]
     assert sorted(scores["c12_source_not_text.ipynb"]) == ["dtype", "flops", "scale", "shape"]

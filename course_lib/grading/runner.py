@@ -341,6 +341,9 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
         return _fail(name, chapter, render(msg("error: the notebook is {size} MB, over the grader's limit of {limit} "
                                                "MB: clear its outputs and submit it again",
                                                size=f"{e.size / 2**20:.0f}", limit=f"{e.cap / 2**20:.0f}"), opts.lang))
+    except RecursionError:  # a hostile file's brackets, nested deeper than json's parser recurses: the student's fault
+        return _fail(name, chapter, render(msg("error: not a readable notebook: {error}",
+                                               error="its JSON is nested too deeply"), opts.lang))
     except (OSError, ValueError) as e:
         return _fail(name, chapter, render(msg("error: not a readable notebook: {error}", error=str(e)), opts.lang))
     try:
