@@ -127,7 +127,8 @@ def _hang(pending: list[int], reports: dict[int, tuple], stamps: dict[int, dict]
     now = time.time()
     errors = [r for r in reports if reports[r][0] == "error"]
     errors.sort(key=lambda r: not any(m in reports[r][1] for m in _WAITED))   # who timed out, first
-    progress = {r: (f"last seen {stamps[r]['doing']}" if r in stamps else "no progress stamp")
+    # where a rank that reported an error was when its worker ended, not its reporting since
+    progress = {r: (f"last seen {stamps[r].get('work') or stamps[r]['doing']}" if r in stamps else "no progress stamp")
                 for r in errors}
     if not pending:
         headline = (f"every rank timed out waiting inside a collective (after {collective_timeout:g} s): "

@@ -14,6 +14,11 @@ heartbeat then goes stale, which the launcher reports as such.
 
 Each slot is a seqlock (an even counter means a complete stamp), so a stamp is never read torn and
 a rank killed mid-write cannot block the reader.
+
+A rank whose worker raised goes on running for a while (it formats its traceback, sends its report,
+tears its process group down), and the thread goes on stamping that; but the launcher, reading the
+slot after the report, must say where the *worker* was. So the stamp also keeps ``work``: where the
+rank was at the last stamp before its worker ended (``start`` returns the function that says so).
 """
 from __future__ import annotations
 
@@ -25,9 +30,11 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 PERIOD_S = 0.2
-SLOT = 1024          # bytes per rank: an 8-byte counter, then the stamp as JSON, NUL-padded
+SLOT = 2048          # bytes per rank: an 8-byte counter, then the stamp as JSON, NUL-padded
+_TEXTS = ("doing", "work")                             # a stamp's fields that are free text
 _SEQ = struct.Struct("<Q")
 _WRAPPERS = ("wrapper", "inner", "decorator", "_fn")   # names of decorators' inner functions
 
@@ -70,8 +77,19 @@ def _where(frame) -> tuple[tuple, dict]:
     return (id(frame), code, line), {"doing": doing, "collective": waiting}
 
 
+def _encode(stamp: dict) -> bytes:
+    """The stamp as JSON that fits its slot: free text cut shorter until it does (cutting the JSON
+    itself would leave the launcher a stamp it cannot parse)."""
+    for limit in (600, 250, 80, 0):
+        data = json.dumps({k: v[:limit] if k in _TEXTS and isinstance(v, str) else v
+                           for k, v in stamp.items()}).encode()
+        if len(data) < SLOT - _SEQ.size:
+            return data
+    raise ValueError("a progress stamp without its texts is over its slot")
+
+
 def _write(buf, rank: int, stamp: dict) -> None:
-    data = json.dumps(stamp).encode()[:SLOT - _SEQ.size - 1]
+    data = _encode(stamp)
     base = rank * SLOT
     seq = _SEQ.unpack(buf[base:base + _SEQ.size])[0]
     buf[base:base + _SEQ.size] = _SEQ.pack(seq + 1)          # odd: being written
@@ -79,26 +97,42 @@ def _write(buf, rank: int, stamp: dict) -> None:
     buf[base:base + _SEQ.size] = _SEQ.pack(seq + 2)          # even: complete
 
 
-def start(buf, rank: int) -> None:
-    """In a rank: stamp this process's main thread every ``PERIOD_S`` from a daemon thread."""
+def start(buf, rank: int) -> Callable[[], None]:
+    """In a rank: stamp this process's main thread every ``PERIOD_S`` from a daemon thread.
+
+    Returns ``work_ended``, for the rank to call the moment its worker has returned or raised:
+    from then on every stamp keeps, as ``work``, what the last one before said. A stamp taken while
+    the main thread is in the caller's own frame (the rank's entry point, between the worker and
+    ``work_ended``) does not change ``work``; with the lock, no stamp is half taken meanwhile."""
     main = threading.main_thread().ident
+    harness = sys._getframe(1).f_code
+    lock = threading.Lock()
+    state: dict = {"work": None, "ended": False}
 
     def stamp_forever() -> None:
         key, since = None, time.time()
         while True:
-            frame = sys._current_frames().get(main)
-            if frame is None:
-                return
-            now = time.time()
-            new_key, fields = _where(frame)
-            del frame
-            if new_key != key:
-                key, since = new_key, now
-            fields["doing"] = fields["doing"][:600]   # the slot holds the rest
-            _write(buf, rank, {"t": now, "since": since, "pid": os.getpid(), **fields})
+            with lock:
+                frame = sys._current_frames().get(main)
+                if frame is None:
+                    return
+                now = time.time()
+                new_key, fields = _where(frame)
+                in_harness = frame.f_code is harness
+                del frame
+                if new_key != key:
+                    key, since = new_key, now
+                if not state["ended"] and not in_harness:
+                    state["work"] = fields["doing"]
+                _write(buf, rank, {"t": now, "since": since, "pid": os.getpid(), **fields, "work": state["work"]})
             time.sleep(PERIOD_S)
 
+    def work_ended() -> None:
+        with lock:
+            state["ended"] = True
+
     threading.Thread(target=stamp_forever, name="course-progress", daemon=True).start()
+    return work_ended
 
 
 def read(buf, world_size: int) -> dict[int, dict]:
@@ -115,7 +149,10 @@ def read(buf, world_size: int) -> dict[int, dict]:
         else:
             continue
         if seq:
-            out[r] = json.loads(data.rstrip(b"\0"))
+            try:
+                out[r] = json.loads(data.rstrip(b"\0"))
+            except ValueError:   # a slot a dying rank's memory garbled: no stamp rather than no report
+                continue
     return out
 
 

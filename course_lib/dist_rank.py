@@ -106,9 +106,10 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
     error reaches the launcher ahead of the errors its exit causes in the other ranks."""
     _die_with_parent()
     _own_process_group()
+    work_ended = lambda: None  # noqa: E731
     if progress is not None:
         from . import dist_progress
-        dist_progress.start(progress, rank)
+        work_ended = dist_progress.start(progress, rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank), PYTHONWARNINGS="ignore")
     import warnings
@@ -128,9 +129,11 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
             # every rank is connected. (NCCL connects lazily, at the first collective.)
             dist.barrier()
         try:
-            report = ("ok", pickle.dumps(_resolve(spec)(_make_context(rank, world_size, rank, backend),
-                                                        **kwargs)))
+            result = _resolve(spec)(_make_context(rank, world_size, rank, backend), **kwargs)
+            work_ended()   # the progress stamp keeps where the worker was, not this rank's reporting
+            report = ("ok", pickle.dumps(result))
         except BaseException:  # everything, including SystemExit from student code
+            work_ended()
             report = ("error", traceback.format_exc())
         conn.send(report)
         if dist.is_initialized():   # the worker may have torn it down itself

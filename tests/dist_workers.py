@@ -170,6 +170,27 @@ def hang_before_collective(ctx, bad_rank=1):
     return t.tolist()
 
 
+class _SlowToFormat(RuntimeError):
+    """An error whose text takes a while to build: its rank formats its traceback for that long
+    after the worker has ended, while its progress thread goes on stamping."""
+
+    def __str__(self):
+        time.sleep(1.5)
+        return "forwarded: " + super().__str__()
+
+
+def hang_then_slow_error(ctx, bad_rank=1):
+    """Like ``hang_before_collective``, but the waiting rank reports its time-out slowly."""
+    import torch
+    import torch.distributed as dist
+    if ctx.rank == bad_rank:
+        time.sleep(3600)
+    try:
+        dist.all_reduce(torch.ones(2), group=ctx.group)
+    except RuntimeError as e:
+        raise _SlowToFormat(str(e)) from None
+
+
 def mismatched_collectives(ctx):
     """Rank 0 waits in a broadcast from rank 1, rank 1 in a broadcast from rank 0: a deadlock in
     which every rank is inside a collective."""

@@ -8,8 +8,9 @@ import pytest
 
 from course_lib import dist
 from dist_workers import (allreduce_rank_sum, block_until_killed, die_in_collective, exit_hard_on_rank,
-                          first_optimizer_step, hang_before_collective, hang_on_rank, mismatched_collectives,
-                          raise_after_peer_lost, raise_on_rank, report_pid, start_child_then)
+                          first_optimizer_step, hang_before_collective, hang_on_rank, hang_then_slow_error,
+                          mismatched_collectives, raise_after_peer_lost, raise_on_rank, report_pid,
+                          start_child_then)
 
 
 def _alive(pids):
@@ -83,6 +84,20 @@ def test_rank_hung_before_a_collective_is_named_not_the_peer_that_waited():
         assert "rank 0: last seen in torch.distributed.all_reduce (called from hang_before_collective" in msg
         assert time.monotonic() - t0 < 20, trial            # the collective timeout (2 s) + a grace
         assert not _ranks_left()
+
+
+def test_a_waiting_rank_is_described_where_its_worker_was_not_where_it_reported():
+    """Rank 0 times out in its all-reduce and then spends 1.5 s building its error's text (in
+    CI, formatting a first traceback on a loaded machine took long enough): its stamp kept
+    saying where the worker was, not the traceback code it was in when the launcher read it."""
+    with pytest.raises(dist.RankHung) as info:
+        dist.launch(hang_then_slow_error, world_size=2, timeout=8, collective_timeout=2)
+    err, msg = info.value, str(info.value)
+    assert err.ranks == [1] and list(err.secondary) == [0], msg
+    waited = err.progress[0]
+    assert "hang_then_slow_error" in waited and "__str__" not in waited and "traceback" not in waited, msg
+    assert "forwarded: " in err.secondary[0]
+    assert not _ranks_left()
 
 
 def test_a_deadlock_names_every_rank_and_its_collective():
@@ -327,3 +342,20 @@ def test_progress_stamp_survives_a_frame_without_a_line_number():
     key, fields = _where(frame)
     assert "test_progress_stamp_survives_a_frame_without_a_line_number" in fields["doing"]
     assert fields["collective"] is False
+
+
+def test_a_progress_stamp_of_long_non_ascii_text_still_parses():
+    """A frame's source line of non-ASCII text is escaped six bytes a character in JSON: cutting
+    the encoded stamp to its slot left JSON the launcher could not read; the text is cut instead."""
+    import json
+
+    from course_lib import dist_progress
+    stamp = {"t": 1.0, "since": 0.5, "pid": 7, "doing": "in f at x.py:1: " + "梯度" * 400, "collective": False,
+             "work": "在 " * 500}
+    data = dist_progress._encode(stamp)
+    assert len(data) < dist_progress.SLOT - 8
+    back = json.loads(data)
+    assert back["doing"].startswith("in f at x.py:1: 梯度") and back["pid"] == 7
+    buf = bytearray(dist_progress.SLOT)
+    dist_progress._write(buf, 0, stamp)
+    assert dist_progress.read(buf, 1)[0]["t"] == 1.0
