@@ -64,6 +64,32 @@ def test_discover_student_folders_flat_files_and_every_skip_with_its_reason(tmp_
     }
 
 
+def test_one_notebook_per_student_and_chapter_is_graded(tmp_path):
+    """Extra notebooks of a chapter are skipped, naming the one graded: else a student could hand in
+    several answers and keep the best, or a hundred notebooks that each run to the time limit."""
+    cls = tmp_path / "class"
+    (cls / "alice").mkdir(parents=True)
+    (cls / "mallory").mkdir()
+    for name in ("01_flops-draft.ipynb", "01_flops.ipynb", "02_scaling.ipynb"):   # the draft sorts first
+        (cls / "alice" / name).write_text("{}")
+    for i in range(5):
+        (cls / "mallory" / f"try{i}-01_flops.ipynb").write_text("{}")
+    (cls / "mallory" / "homework.ipynb").write_text("{}")    # no chapter: kept, the runner fails it at once
+    (cls / "carol-01_flops.ipynb").write_text("{}")
+
+    def chapter(name):
+        return next((c for c in ("ch01_flops", "ch02_scaling") if c[2:] in name), None)
+    subs, skipped = discover(cls, chapter)
+    assert [s.name for s in subs] == ["alice/01_flops.ipynb", "alice/02_scaling.ipynb", "carol-01_flops.ipynb",
+                                      "mallory/homework.ipynb", "mallory/try0-01_flops.ipynb"]
+    reasons = {s.entry: s.reason for s in skipped}
+    assert reasons["alice/01_flops-draft.ipynb"] == classroom.ANOTHER.format(
+        student="alice", chapter="ch01_flops", graded="alice/01_flops.ipynb")
+    assert sorted(reasons) == ["alice/01_flops-draft.ipynb"] + [f"mallory/try{i}-01_flops.ipynb" for i in range(1, 5)]
+    assert all("only mallory/try0-01_flops.ipynb is graded" in reasons[f"mallory/try{i}-01_flops.ipynb"]
+               for i in range(1, 5))
+
+
 def test_flat_file_student_is_its_name_without_the_chapter():
     assert flat_student("alice-ch01_flops.ipynb", "ch01_flops", "cls") == "alice"
     assert flat_student("Bob Smith_01_flops (2).ipynb", "ch01_flops", "cls") == "Bob-Smith-(2)"

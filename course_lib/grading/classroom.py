@@ -11,7 +11,11 @@
 Everything else is skipped, and said so with a reason (:class:`Skipped`): symbolic links (never
 followed, so a submission cannot point the grader at another student's or the grader's files),
 hidden entries, files that are not notebooks, folders inside a student's folder, anything that is
-not a regular file or folder, and student folders without a notebook.
+not a regular file or folder, and student folders without a notebook. A student is graded on one
+notebook per chapter (:data:`ANOTHER`): the one named like the chapter (``01_flops.ipynb``) if
+there is one, else the first by name. Grading every copy would let a student try several answers
+and keep the best, or hand in a hundred notebooks that each run to the time limit, hours of a
+class run that everyone waits for.
 
 :func:`grade_all` runs the submissions on ``jobs`` threads (each waits on its own sandboxed
 process, so threads keep the cores busy), with a tqdm progress bar on a terminal and nothing on a
@@ -57,6 +61,7 @@ NOT_NOTEBOOK = "not a notebook (only *.ipynb files are graded)"
 NESTED = "a folder inside a student's folder (only CLASS/STUDENT/*.ipynb is graded)"
 SPECIAL = "not a regular file or folder"
 EMPTY = "a student folder with no notebook (*.ipynb) in it"
+ANOTHER = "another notebook of {student}'s for {chapter}: only {graded} is graded (one notebook per student and chapter)"
 
 
 def default_jobs() -> int:
@@ -132,7 +137,33 @@ def discover(directory: Path, chapter_of: Callable[[str], str | None]) -> tuple[
                     subs.append(Submission(entry.name, path, r))
             if len(subs) == before:
                 skipped.append(Skipped(rel + "/", EMPTY))
-    return subs, skipped
+    return _one_per_chapter(subs, skipped, chapter_of)
+
+
+def _one_per_chapter(subs: list[Submission], skipped: list[Skipped], chapter_of: Callable[[str], str | None]
+                     ) -> tuple[list[Submission], list[Skipped]]:
+    """Keep one notebook per (student, chapter), preferring the one named exactly like the chapter;
+    the others become skipped entries naming the one graded. A notebook whose chapter cannot be told
+    is kept: the runner fails it at once, without running it."""
+    def canonical(s: Submission, chapter: str) -> bool:
+        short = chapter[2:] if chapter.startswith("ch") else chapter
+        return s.path.name.lower() in (f"{short}.ipynb", f"{chapter}.ipynb")
+
+    groups: dict[tuple[str, str], list[Submission]] = {}
+    for s in subs:
+        chapter = chapter_of(s.path.name)
+        if chapter is not None:
+            groups.setdefault((s.student, chapter), []).append(s)
+    dropped: set[int] = set()
+    for (student, chapter), group in groups.items():
+        if len(group) > 1:
+            graded = next((s for s in group if canonical(s, chapter)), group[0])
+            for s in group:
+                if s is not graded:
+                    dropped.add(id(s))
+                    skipped.append(Skipped(s.name, ANOTHER.format(student=student, chapter=chapter,
+                                                                  graded=graded.name)))
+    return [s for s in subs if id(s) not in dropped], skipped
 
 
 def grade_all(items: list[T], grade: Callable[[T], object], jobs: int, *, label: str = "grading") -> list:

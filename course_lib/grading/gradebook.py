@@ -4,8 +4,9 @@
 mark), a plain header ``student,<chapter>,...,total``, the student id first, one row per student,
 one column per chapter graded in this run, numeric cells (points, no ``%`` or ``/``). A blank
 cell means no notebook of that chapter from that student (importers read blank as "no grade", not
-as 0; the total counts it as 0). When a student handed in two notebooks of one chapter, the
-higher score counts and a note says so. A student id that a spreadsheet would read as a formula
+as 0; the total counts it as 0). ``grade`` grades one notebook per student and chapter
+(:mod:`course_lib.grading.classroom`); given two of one chapter from elsewhere, the higher score
+counts and a note says so. A student id that a spreadsheet would read as a formula
 (it begins with ``=``, ``+``, ``-``, ``@``) is written with a leading ``'``; control characters
 are written as ``\\xNN``.
 """
