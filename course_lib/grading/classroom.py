@@ -72,13 +72,17 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def short_id(chapter: str) -> str:
+    """A chapter id as a file name carries it: ``ch01_flops`` → ``01_flops``."""
+    return chapter[2:] if chapter.startswith("ch") else chapter
+
+
 def flat_student(filename: str, chapter: str | None, class_name: str) -> str:
     """The student a flat file belongs to: its stem without the chapter id (``ch01_flops`` or
     ``01_flops``) and the separators left at either end; ``class_name`` if nothing is left."""
     stem = Path(filename).stem
     if chapter:
-        short = chapter[2:] if chapter.startswith("ch") else chapter
-        stem = re.sub(rf"(?i)(ch)?{re.escape(short)}", " ", stem, count=1)
+        stem = re.sub(rf"(?i)(ch)?{re.escape(short_id(chapter))}", " ", stem, count=1)
     stem = re.sub(rf"[{re.escape(_SEPARATORS)}]+", " ", stem).strip()
     return stem.replace(" ", "-") if stem else class_name
 
@@ -146,24 +150,21 @@ def _one_per_chapter(subs: list[Submission], skipped: list[Skipped], chapter_of:
     the others become skipped entries naming the one graded. A notebook whose chapter cannot be told
     is kept: the runner fails it at once, without running it."""
     def canonical(s: Submission, chapter: str) -> bool:
-        short = chapter[2:] if chapter.startswith("ch") else chapter
-        return s.path.name.lower() in (f"{short}.ipynb", f"{chapter}.ipynb")
+        return s.path.name.lower() in (f"{short_id(chapter)}.ipynb", f"{chapter}.ipynb")
 
     groups: dict[tuple[str, str], list[Submission]] = {}
     for s in subs:
         chapter = chapter_of(s.path.name)
         if chapter is not None:
             groups.setdefault((s.student, chapter), []).append(s)
-    dropped: set[int] = set()
+    dropped: set[Submission] = set()
     for (student, chapter), group in groups.items():
-        if len(group) > 1:
-            graded = next((s for s in group if canonical(s, chapter)), group[0])
-            for s in group:
-                if s is not graded:
-                    dropped.add(id(s))
-                    skipped.append(Skipped(s.name, ANOTHER.format(student=student, chapter=chapter,
-                                                                  graded=graded.name)))
-    return [s for s in subs if id(s) not in dropped], skipped
+        graded = next((s for s in group if canonical(s, chapter)), group[0])
+        for s in group:
+            if s is not graded:
+                dropped.add(s)
+                skipped.append(Skipped(s.name, ANOTHER.format(student=student, chapter=chapter, graded=graded.name)))
+    return [s for s in subs if s not in dropped], skipped
 
 
 def grade_all(items: list[T], grade: Callable[[T], object], jobs: int, *, label: str = "grading") -> list:

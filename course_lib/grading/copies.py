@@ -13,7 +13,8 @@ import json
 import tokenize
 from pathlib import Path
 
-from course_lib.grading._notebook import TooLarge, read_capped, source_text
+from course_lib.grading._notebook import read_capped, source_text
+from course_lib.grading.classroom import short_id
 from course_lib.grading.generate import CODE_BEGIN, CODE_END
 
 MIN_CHARS = 40
@@ -60,14 +61,13 @@ def copied_blocks(submission: dict, master: dict) -> tuple[int, int]:
 
 def copy_note(submission: Path, masters: Path, chapter: str) -> str | None:
     """A note if ``submission`` copies the master of ``chapter`` in folder ``masters``, else None."""
-    short = chapter[2:] if chapter.startswith("ch") else chapter
-    cands = sorted(masters.glob(f"*{short}*.ipynb"))
+    cands = sorted(masters.glob(f"*{short_id(chapter)}*.ipynb"))
     if not cands:
         return None
     try:
         sub = json.loads(read_capped(submission).decode("utf-8"))
         master = json.loads(cands[0].read_text(encoding="utf-8"))
-    except (OSError, ValueError, TooLarge):  # the runner reports an unreadable or oversized notebook
+    except (OSError, ValueError):  # an unreadable or oversized (TooLarge) notebook: the runner reports it
         return None
     if not (isinstance(sub, dict) and isinstance(master, dict) and isinstance(sub.get("cells"), list)):
         return None  # not a notebook: the runner already reports it

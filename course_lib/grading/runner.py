@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading import remote, sandbox, wire
-from course_lib.grading.classroom import Submission, default_jobs, discover, grade_all
+from course_lib.grading.classroom import Submission, default_jobs, discover, grade_all, short_id
 from course_lib.grading._notebook import TooLarge, read_capped, source_text
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.copies import copy_note
@@ -71,7 +71,7 @@ def chapter_for(name: str, chapters: list[str] | None = None) -> str | None:
     stem = Path(name).stem.lower()
     found = []
     for ch in chapters if chapters is not None else available_chapters():
-        short = ch[2:] if ch.startswith("ch") else ch
+        short = short_id(ch)
         if re.search(rf"(?<![a-z0-9]){re.escape(short)}(?![a-z0-9])|{re.escape(ch)}", stem):
             found.append(ch)
     return found[0] if len(found) == 1 else None
