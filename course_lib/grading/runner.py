@@ -223,7 +223,7 @@ def _keep(src: Path, dst: Path, cap: int) -> None:
     except FileNotFoundError:
         return
     except (OSError, TooLarge) as e:
-        _write_capped(dst.with_suffix(".skipped"), f"executed copy not kept: {e} (limit {cap} bytes)\n")
+        _write_capped(dst.with_suffix(".skipped"), f"executed copy not kept: {e}\n")   # TooLarge names the limit
         return
     _write_capped(dst, data)
 
