@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from course_lib.dist import launch
-from course_lib.parallel import tp_checks as T
-from course_lib.parallel.context import chunk_ids, merge_sequence, ring_attention, split_sequence
+from course_lib.tensor_context import runs as T
+from course_lib.tensor_context.context import chunk_ids, merge_sequence, ring_attention, split_sequence
 from float_bounds import GRAD_GAP, fp32_sum_gap, gpt_loss_depth, sgd_param_gap
 
 SCHEMES = ("contiguous", "zigzag")
@@ -93,7 +93,7 @@ def test_split_and_merge_are_inverse():
 
 def test_bad_input_raises_value_error_naming_it():
     from course_lib.model import GPT, GPTConfig
-    from course_lib.parallel.context import ContextParallelAttention
+    from course_lib.tensor_context.context import ContextParallelAttention
     attn = GPT(GPTConfig(windows=(4, None)), seed=0).blocks[0].attn
     with pytest.raises(ValueError, match="window"):
         ContextParallelAttention(attn, None)

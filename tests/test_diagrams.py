@@ -21,7 +21,7 @@ from course_lib import comm, diagrams, faults, flops, layout, memory, moe, numer
 from course_lib.data import dedup  # noqa: E402
 from course_lib.diagrams import sharding, tensor  # noqa: E402
 from course_lib.flops import count as flop_count  # noqa: E402
-from course_lib.parallel.context import chunk_ids  # noqa: E402
+from course_lib.tensor_context.context import chunk_ids  # noqa: E402
 
 DRAWERS = ["zero_stages", "fsdp_unit", "pipeline_schedules", "tp_split", "cp_ring", "layout_mesh", "ep_all_to_all",
            "checkpoint_restart", "moe_routing", "lsh_banding",
@@ -106,7 +106,7 @@ def test_pipeline_boxes_are_the_simulator_s_events(figures):
 @pytest.mark.parametrize("p", [2, 4, 8])
 def test_cp_work_is_the_split_s_causal_share(p):
     zig, con = tensor.cp_work(p, "zigzag"), tensor.cp_work(p, "contiguous")
-    assert set(zig["work"].values()) == {2 * p + 1}                      # balanced (parallel.context)
+    assert set(zig["work"].values()) == {2 * p + 1}                      # balanced (tensor_context.context)
     assert [con["work"][r] for r in range(p)] == [4 * (r + 1) for r in range(p)]
     for w, scheme in ((zig, "zigzag"), (con, "contiguous")):
         for r in range(p):

@@ -1,7 +1,7 @@
 """Tensor and sequence parallelism from scratch (issue #22): the split GPT trains exactly like the
 unsplit one on 2 and 4 gloo ranks, and each layer sends exactly the bytes of the formula.
 
-Every case of a world size runs in one launch (``tp_checks.tp_cases_worker``); the reference is
+Every case of a world size runs in one launch (``runs.tp_cases_worker``); the reference is
 the same ``course_lib.model.GPT`` trained whole on every rank."""
 import math
 
@@ -10,10 +10,10 @@ import torch
 
 from course_lib.dist import launch
 from course_lib.model import GPT
-from course_lib.parallel import tp_checks as T
+from course_lib.tensor_context import runs as T
 from course_lib.parallel.counting import CountingComm
-from course_lib.parallel.sequence import gather_sequence, scatter_sequence
-from course_lib.parallel.tensor import ColumnParallelLinear, ParallelBlock
+from course_lib.tensor_context.sequence import gather_sequence, scatter_sequence
+from course_lib.tensor_context.tensor import ColumnParallelLinear, ParallelBlock
 from float_bounds import GRAD_GAP, adam_param_gap, fp32_sum_gap, gpt_loss_depth, sgd_param_gap
 
 TRAIN = [dict(check="train"),
@@ -34,7 +34,7 @@ def results(request):
     return t, launch(T.tp_cases_worker, t, threads_per_rank=1, timeout=120, cases=TRAIN + BYTES + [EXTRA[t]])
 
 
-# The worker's optimizers (tp_checks.tp_equivalence_worker): SGD(lr 0.1, momentum 0.9) and
+# The worker's optimizers (runs.tp_equivalence_worker): SGD(lr 0.1, momentum 0.9) and
 # AdamW(lr 1e-2, weight decay 0.1, torch's default betas), 3 steps.
 SGD_LR, SGD_MOMENTUM, ADAM_LR, ADAM_WD, STEPS = 0.1, 0.9, 1e-2, 0.1, 3
 

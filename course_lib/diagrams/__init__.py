@@ -32,7 +32,7 @@ Each function returns a matplotlib ``Figure`` (the course's style and Okabe-Ito 
 * chapter 11 (``tensor``): :func:`tp_split` — Megatron's column→row split with f and g and
   sequence parallelism's regions, with ``comm.tp_bytes_per_layer``; :func:`cp_ring` — the
   context-parallel ring and the causal work of a contiguous and a zig-zag split
-  (``parallel.context.chunk_ids``).
+  (``tensor_context.context.chunk_ids``).
 * chapters 11 and 13 (``mesh``): :func:`layout_mesh` — a layout's ranks over nodes, TP fastest,
   then CP, PP, DP, as ``layout`` numbers them.
 * chapter 12 (``checkpoints``): :func:`checkpoint_restart` — one MTBF of a run checkpointing

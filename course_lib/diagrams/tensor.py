@@ -7,7 +7,7 @@ from fractions import Fraction
 
 from .. import comm, plots
 from .._validate import choice, positive_int
-from ..parallel.context import SCHEMES, chunk_ids
+from ..tensor_context.context import SCHEMES, chunk_ids
 
 __all__ = ["tp_stages", "tp_split", "cp_work", "cp_ring"]
 
@@ -81,7 +81,7 @@ def cp_work(p: int, scheme: str) -> dict:
     """The causal score blocks each of ``p`` context-parallel ranks computes under ``scheme``.
 
     The sequence is cut into 2p chunks (a "quarter block" is one chunk's queries against one
-    chunk's keys). A rank holds the chunks ``parallel.context.chunk_ids`` gives it; it computes
+    chunk's keys). A rank holds the chunks ``tensor_context.context.chunk_ids`` gives it; it computes
     every block of its own query chunks against key chunks at or before them, at the granularity
     of its split (a contiguous rank's one chunk of s/p is a 2×2 group of quarter blocks, its
     diagonal group computed whole under the mask). Returns ``owner`` (2p query rows → rank),

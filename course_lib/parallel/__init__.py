@@ -1,4 +1,5 @@
-"""Parallel training from scratch, each next to PyTorch's own and a single-process reference:
-data parallelism and its sharded forms (``dp``, ``zero``, ``fsdp``: chapter 4) and tensor, sequence
-and context parallelism (``tensor``, ``sequence``, ``context``: chapter 11). Pipeline parallelism
-(chapter 5) is the ``course_lib.pipeline`` package."""
+"""Chapter 4's data parallelism from scratch, each next to PyTorch's own and a single-process
+reference: plain data parallelism (``dp``), ZeRO's sharded optimizer (``zero``) and FSDP (``fsdp``), with
+``counting.CountingComm``, the collectives that count their own bytes (chapters 11 and 14 use it too).
+Tensor, sequence and context parallelism (chapter 11) are the ``course_lib.tensor_context`` package;
+pipeline parallelism (chapter 5) is ``course_lib.pipeline``."""

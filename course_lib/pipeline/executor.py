@@ -31,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..model import GPTConfig
-from ..parallel.activation_meter import ActivationMeter
+from ..tensor_context.activation_meter import ActivationMeter
 from .gantt import Event
 from .partition import StageModule, build_stage, even_partition, make_batch
 from .schedules import Op, schedule

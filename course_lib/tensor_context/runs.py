@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..model import GPT, GPTConfig
-from .counting import CountingComm
+from ..parallel.counting import CountingComm
 from .tensor import ParallelBlock, TensorParallelGPT
 
 __all__ = ["TINY", "unshard", "tp_equivalence_worker", "tp_cases_worker", "tp_layer_bytes_worker", "tp_layer_bytes_formula",
@@ -116,7 +116,7 @@ def tp_cases_worker(ctx, *, cases: list[dict]) -> list[dict]:
     """Run several checks in one launch (start-up paid once): each case is ``{"check": name,
     **kwargs}``, name one of "train", "bytes", "ring", "cp_train", "torch_cp", "dtensor",
     "activation"."""
-    from .tp_demos import activation_worker, dtensor_worker
+    from .labs import activation_worker, dtensor_worker
     run = {"train": tp_equivalence_worker, "bytes": tp_layer_bytes_worker, "ring": ring_attention_worker,
            "torch_cp": torch_context_parallel_worker, "dtensor": dtensor_worker, "activation": activation_worker,
            "cp_train": cp_equivalence_worker}

@@ -15,7 +15,7 @@ regions along the sequence; f/g become all-gather / reduce-scatter (see :mod:`.s
 Every module here is made *from* the unsplit module and rank ``comm.rank`` of ``comm.world_size``
 (a :class:`~course_lib.parallel.counting.CountingComm` over an explicit group), so the split model
 can be compared with the original: each sharded parameter carries ``tp_dim`` and ``tp_index``
-(where its rows/columns sit in the full tensor), which :func:`~.tp_checks.unshard` uses to reassemble it.
+(where its rows/columns sit in the full tensor), which :func:`~.runs.unshard` uses to reassemble it.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .._validate import choice
 from ..model import GPT, _mask
-from .counting import CountingComm, as_comm
+from ..parallel.counting import CountingComm, as_comm
 from .sequence import GatheredLinear, scatter_sequence
 
 __all__ = ["copy_to_tp", "reduce_from_tp", "ColumnParallelLinear", "RowParallelLinear",
@@ -93,7 +93,7 @@ def _block(n: int, comm: CountingComm, what: str) -> torch.Tensor:
 
 
 def _shard(p: torch.Tensor, dim: int, index: torch.Tensor) -> nn.Parameter:
-    """A new parameter holding ``p``'s slices ``index`` along ``dim``, tagged for ``tp_checks.unshard``."""
+    """A new parameter holding ``p``'s slices ``index`` along ``dim``, tagged for ``runs.unshard``."""
     q = nn.Parameter(p.detach().index_select(dim, index).clone(), requires_grad=p.requires_grad)
     q.tp_dim, q.tp_index = dim, index
     return q

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .counting import CountingComm
+from ..parallel.counting import CountingComm
 
 __all__ = ["seq_all_gather", "seq_reduce_scatter", "gather_sequence", "scatter_sequence",
            "GatheredLinear"]

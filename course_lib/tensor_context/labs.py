@@ -18,9 +18,9 @@ import torch.nn as nn
 
 from ..model import GPT, GPTConfig
 from .activation_meter import saved_bytes
-from .counting import CountingComm
+from ..parallel.counting import CountingComm
 from .tensor import RECOMPUTE, ParallelAttention, ParallelBlock, TensorParallelGPT
-from . import tp_checks
+from . import runs
 
 __all__ = ["dtensor_worker", "activation_worker", "tiny_activation_bytes", "tp_demo", "cp_demo",
            "dtensor_demo", "activation_demo", "torch_context_parallel_error"]
@@ -55,7 +55,7 @@ def _dtensor_gpt(gpt: GPT, group) -> GPT:
     return parallelize_module(model, DeviceMesh.from_group(group, "cpu"), plan)
 
 
-def dtensor_worker(ctx, *, steps: int = 4, batch: int = 4, cfg: GPTConfig = tp_checks.TINY) -> dict:
+def dtensor_worker(ctx, *, steps: int = 4, batch: int = 4, cfg: GPTConfig = runs.TINY) -> dict:
     """Ours (CountingComm ring, and torch.distributed's own all-reduce) and PyTorch's DTensor TP on
     the same GPT, same batches, SGD: largest loss gap to the unsplit GPT and the median step time
     (forward, backward, optimizer step) of each; ``ratio`` = ours (native) / DTensor."""
@@ -66,7 +66,7 @@ def dtensor_worker(ctx, *, steps: int = 4, batch: int = 4, cfg: GPTConfig = tp_c
     opts = {k: torch.optim.SGD(m.parameters(), lr=0.1) for k, m in models.items()}
     losses = {k: [] for k in models}
     seconds = {k: [] for k in models}
-    for b in tp_checks.batches(cfg, steps, batch):
+    for b in runs.batches(cfg, steps, batch):
         for k, m in models.items():
             dist.barrier(group=ctx.group)
             t0 = time.perf_counter()
@@ -100,7 +100,7 @@ def tiny_activation_bytes(seq_len: int, micro_batch: int, d_model: int, n_heads:
     return total
 
 
-def activation_worker(ctx, *, cfg: GPTConfig = tp_checks.TINY, batch: int = 2) -> list[dict]:
+def activation_worker(ctx, *, cfg: GPTConfig = runs.TINY, batch: int = 2) -> list[dict]:
     """Bytes one layer saves for backward on this rank, for t = 1, 2, …, world size (explicit
     sub-groups of consecutive ranks), with and without SP (and re-gather), under each
     recomputation. One row per setting, with the exact count beside the measurement."""
@@ -130,11 +130,11 @@ def tp_demo(world_size: int = 2) -> dict:
     the formula (rank 0's view): {"train": {...}, "bytes": {...}, "formula": {...}}."""
     cases = [dict(check="train"), dict(check="train", sequence_parallel=True),
              dict(check="bytes"), dict(check="bytes", sequence_parallel=True)]
-    res = _launch(tp_checks.tp_cases_worker, world_size, cases=cases)[0]
-    cfg = tp_checks.TINY
+    res = _launch(runs.tp_cases_worker, world_size, cases=cases)[0]
+    cfg = runs.TINY
     return {"train": {"tp": res[0], "sp": res[1]}, "bytes": {"tp": res[2], "sp": res[3]},
-            "formula": {"tp": tp_checks.tp_layer_bytes_formula(cfg.seq_len, 2, cfg.d_model, world_size),
-                        "sp": tp_checks.tp_layer_bytes_formula(cfg.seq_len, 2, cfg.d_model, world_size,
+            "formula": {"tp": runs.tp_layer_bytes_formula(cfg.seq_len, 2, cfg.d_model, world_size),
+                        "sp": runs.tp_layer_bytes_formula(cfg.seq_len, 2, cfg.d_model, world_size,
                                                                sequence_parallel=True)}}
 
 
@@ -142,7 +142,7 @@ def cp_demo(world_size: int = 4, seq_len: int = 64) -> dict:
     """Ring attention on ``world_size`` ranks, both splits: per scheme, every rank's gaps to full
     attention, bytes sent forward / backward, and score entries computed (its causal work)."""
     cases = [dict(check="ring", scheme=s, seq_len=seq_len) for s in ("contiguous", "zigzag")]
-    by_rank = _launch(tp_checks.tp_cases_worker, world_size, cases=cases)
+    by_rank = _launch(runs.tp_cases_worker, world_size, cases=cases)
     return {c["scheme"]: [res[i] for res in by_rank] for i, c in enumerate(cases)}
 
 
@@ -158,7 +158,7 @@ def activation_demo(world_size: int = 4) -> list[dict]:
 
 def torch_context_parallel_error(world_size: int = 2) -> str | None:
     """What PyTorch's ``context_parallel`` raises here (None if it ran and matched full attention)."""
-    res = _launch(tp_checks.torch_context_parallel_worker, world_size)[0]
+    res = _launch(runs.torch_context_parallel_worker, world_size)[0]
     return None if res["ok"] and res["gap"] < 1e-5 else res.get("error", f"gap {res.get('gap')}")
 
 
