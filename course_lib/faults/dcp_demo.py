@@ -16,51 +16,23 @@ refused by name and the job resumes from the checkpoint before (``course_lib.fau
 ``dcp.async_save`` copies the state to CPU memory (staging), returns, and writes in a background
 thread, so training overlaps the write; its collectives run on their own process group, so they
 never interleave with the training's. The demos: :func:`async_vs_sync` measures the blocking time
-of both, :func:`reshard_check` saves with 4 ranks and loads with 2; :func:`digest` and
-:func:`full_digests` are the SHA-256 fingerprints by which "bit-identical" is checked.
+of both, :func:`reshard_check` saves with 4 ranks and loads with 2; ``course_lib.faults.digests``
+has the SHA-256 fingerprints by which "bit-identical" is checked.
 """
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict)
 
 from .checkpointer import (MARKER, ShardedCheckpointer, checkpoint_dir, complete_steps,  # noqa: F401
                            incomplete_steps, latest_complete)
+from .digests import digest, full_digests
 
 __all__ = ["MARKER", "ShardedCheckpointer", "checkpoint_dir", "complete_steps", "incomplete_steps",
            "latest_complete", "digest", "full_digests", "async_vs_sync", "reshard_check"]
-
-def digest(state: dict) -> str:
-    """SHA-256 of a (nested) state dict's tensors' bytes and its numbers, in key order."""
-    h = hashlib.sha256()
-
-    def feed(prefix: str, obj) -> None:
-        if isinstance(obj, dict):
-            for k in sorted(obj, key=str):
-                feed(f"{prefix}.{k}", obj[k])
-        elif isinstance(obj, torch.Tensor):
-            h.update(prefix.encode())
-            h.update(obj.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
-        else:
-            h.update(f"{prefix}={obj!r}".encode())
-    feed("", state)
-    return h.hexdigest()
-
-
-def full_digests(state) -> dict:
-    """Digests of a training state's whole (unsharded) weights and optimizer state, and its step
-    (``state`` has ``model``, ``optimizer`` and ``step``, like ``elastic.TrainState``; collective)."""
-    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(state.model, options=full)
-    optim = get_optimizer_state_dict(state.model, state.optimizer, options=full)
-    return {"weights_sha256": digest(weights), "optim_sha256": digest(optim), "steps": state.step}
-
 
 # ---------------------------------------------------------------------------------- the demos
 SAVE_DEMO_MODEL = {"vocab_size": 256, "seq_len": 32, "n_layers": 4, "n_heads": 4, "d_model": 192}

@@ -3,7 +3,7 @@
 ``torchrun --standalone --nnodes 1 --nproc-per-node N --max-restarts K -m course_lib.faults.elastic
 --out DIR --steps 12 --ckpt-every 3 --fault kill:5:1`` trains the course's GPT with FSDP2
 (``fully_shard``) on gloo and checkpoints it with DCP every ``ckpt-every`` steps
-(:class:`~course_lib.faults.dcp_demo.ShardedCheckpointer`). When a rank dies, torch's elastic agent
+(:class:`~course_lib.faults.checkpointer.ShardedCheckpointer`). When a rank dies, torch's elastic agent
 stops the other ranks and starts the whole group again (``TORCHELASTIC_RESTART_COUNT`` counts the
 attempts); the new ranks resume from the last *complete* checkpoint that verifies. Everything a
 step depends on is in that checkpoint: the weights and AdamW state, the step, and the data
@@ -45,7 +45,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from ..corpus import get_batch
 from ..model import GPT, GPTConfig
 from ..stability.checkpoint import save_atomic
-from .dcp_demo import ShardedCheckpointer, checkpoint_dir, full_digests, incomplete_steps
+from .checkpointer import ShardedCheckpointer, checkpoint_dir, incomplete_steps
+from .digests import full_digests
 from .inject import DAMAGES, FAULT_KINDS, Fault, _DyingWriter, _sigkill_self  # noqa: F401 - Fault is public here
 from .integrity import ForeignFolderError, FolderInUseError, damage
 
