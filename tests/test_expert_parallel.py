@@ -9,11 +9,12 @@ import torch
 
 from course_lib import comm as C
 from course_lib.dist import launch
+from course_lib.expert import ep_runs as R
 from course_lib.expert import labs as L
 from course_lib.moe import expert_capacity
 
 EPS = torch.finfo(torch.float32).eps
-CFG = L.TINY
+CFG = R.TINY
 BATCH = 2          # sequences per rank
 
 TRAIN = {

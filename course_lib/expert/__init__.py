@@ -7,11 +7,11 @@
 * ``overlap`` — the dispatch all-to-all issued asynchronously (``dispatch_async``) and hidden under
   the shared expert's compute (``forward``), bitwise equal to the serial order.
 * ``ulysses`` — DeepSpeed-Ulysses sequence parallelism: attention with an all-to-all over heads.
-* ``labs`` — the drivers the tests and the lab run on real ranks (equivalence against one process,
-  bytes against ``course_lib.comm.ep_bytes_per_layer``, the hot-expert straggler) and the
-  one-process load-balancing comparison (``balance_run``: auxiliary loss, bias, none);
-  ``overlap_runs`` — the serial vs overlapped forward traced on real ranks (its timelines, the
-  hidden fraction, the page's cache).
+* ``ep_runs`` — the expert-parallel drivers on real ranks (equivalence against one process, bytes
+  against ``course_lib.comm.ep_bytes_per_layer``, the hot-expert straggler); ``overlap_runs`` — the
+  serial vs overlapped forward traced on real ranks (its timelines, the hidden fraction, the page's
+  cache); ``labs`` — the lab's drivers: every check in one launch (``lab_demo``) and the
+  one-process load-balancing comparison (``balance_run``: auxiliary loss, bias, none).
 
 The byte calculators live with the other communication calculators in ``course_lib.comm``
 (``ep_bytes_per_layer``, ``ep_node_bytes``).

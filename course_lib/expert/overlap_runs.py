@@ -37,6 +37,7 @@ from ..parallel.counting import CountingComm
 from ..pipeline import gantt
 from . import overlap
 from .ep import expert_parallel
+from .ep_runs import balanced_router
 
 __all__ = ["OVERLAP", "overlap_worker", "timeline", "draw", "draw_both", "summary", "OVERLAP_PATH", "OVERLAP_COMMAND",
            "load_overlap_cache"]
@@ -55,7 +56,6 @@ NAMES = {"route": "route", "shared": "shared\nexpert", "experts": "routed\nexper
 
 def _paired_router(top_k: int):
     """Token n goes to experts (n·k + j) mod E, j < k: equal loads, each token's copies adjacent."""
-    from .labs import balanced_router
     return balanced_router(top_k)
 
 
