@@ -61,3 +61,21 @@ def test_one_title_style(path: Path) -> None:
     assert m, f"{path.name}: title {title!r} is not '# Lab N — Title' / '# Exercises N — Title'"
     assert m.group(1) == ("Lab" if path.parent.name == "notebooks" else "Exercises"), path.name
     assert int(m.group(2)) == int(path.name[:2]), f"{path.name}: numbered {m.group(2)}"
+
+
+LABS = sorted((ROOT / "notebooks").glob("*_lab.ipynb"))
+# a duration: "15 s", "about 30 s", "32 CPU-seconds", "38 minutes", "2 h", "half a minute"
+DURATION = re.compile(r"\d[\d.,]*\s*(?:-|–)?\s*(?:CPU[- ])?(?:s|sec|secs|seconds?|min|mins|minutes?|h|hours?)\b"
+                      r"|\b(?:half an? |a few |several )?(?:minute|hour)\b(?! or)", re.IGNORECASE)
+TIMES_LINK = "](../data/lab_times.json)"
+
+
+@pytest.mark.parametrize("path", LABS, ids=[p.name for p in LABS])
+def test_a_labs_header_states_no_time_of_its_own(path: Path) -> None:
+    """Issue #43: lab 1's header said "about 15 s", the course map 28 s, a run 8.3 s. One source: the
+    time `make bench` measured (data/lab_times.json, shown on the course map). A header links it (the
+    site shows the measured time there, book/_ext/course_labtimes.py) and types no duration itself."""
+    header = _source(json.loads(path.read_text(encoding="utf-8"))["cells"][0])
+    assert TIMES_LINK in header, f"{path.name}: the header should say its time with a link to ../data/lab_times.json"
+    typed = [m.group(0) for m in DURATION.finditer(header)]
+    assert not typed, f"{path.name}: the header types a time by hand ({typed}); link the measured one instead"
