@@ -121,7 +121,7 @@ ROTTEN = {12: ("flip", "__1_0.distcp", "does not match its SHA-256"),
 def rotten(tmp_path_factory):
     """The job under torchrun with a checkpoint every 2 steps; then its five newest checkpoints
     are broken, one way each, and the job is launched again on them."""
-    from course_lib.faults.dcp_demo import checkpoint_dir
+    from course_lib.faults.checkpointer import checkpoint_dir
     from course_lib.faults.integrity import damage
     out = tmp_path_factory.mktemp("rotten")
     job = replace(JOB, ckpt_every=2, keep_last=6)
@@ -166,7 +166,7 @@ def test_another_job_is_refused_the_folder_and_it_is_left_as_it_was(rotten):
 
 def test_a_job_saving_asynchronously_resumes_to_the_same_bits(tmp_path, reference):
     import json
-    from course_lib.faults.dcp_demo import latest_complete
+    from course_lib.faults.checkpointer import latest_complete
     reference_run(tmp_path, replace(JOB, steps=6, async_save=True))   # stops after step 6...
     assert latest_complete(tmp_path / "ckpt") == 6
     resumed = reference_run(tmp_path, replace(JOB, async_save=True))   # ...and goes on to 12
@@ -183,7 +183,7 @@ def test_fault_spec_round_trips():
 
 # ------------------------------------------------------------------ DCP: resharding, async saves
 def test_a_checkpoint_saved_by_4_ranks_loads_on_2_bit_identical(tmp_path):
-    from course_lib.faults.dcp_demo import reshard_check
+    from course_lib.faults.labs import reshard_check
     r = reshard_check(tmp_path, save_ranks=4, load_ranks=2, steps=2)
     assert r["shard_files"] == 4                      # every saving rank wrote its own shard
     assert r["state_identical"]                       # weights, AdamW moments, step: same bits
@@ -191,8 +191,8 @@ def test_a_checkpoint_saved_by_4_ranks_loads_on_2_bit_identical(tmp_path):
 
 
 def test_checkpoint_markers_decide_what_is_complete(tmp_path):
-    from course_lib.faults.dcp_demo import (MARKER, checkpoint_dir, complete_steps, incomplete_steps,
-                                            latest_complete)
+    from course_lib.faults.checkpointer import (MARKER, checkpoint_dir, complete_steps, incomplete_steps,
+                                                latest_complete)
     assert latest_complete(tmp_path / "none") is None
     for step in (3, 6, 9):
         checkpoint_dir(tmp_path, step).mkdir()
@@ -206,7 +206,7 @@ def test_checkpoint_markers_decide_what_is_complete(tmp_path):
 def user_state_worker(ctx, root):
     """A user's own state, not the course's job: a plain module, its optimizer, a tensor, a number."""
     import torch
-    from course_lib.faults.dcp_demo import ShardedCheckpointer
+    from course_lib.faults.checkpointer import ShardedCheckpointer
     ckpt = ShardedCheckpointer(root, ctx.group)
     fresh_latest = ckpt.latest()
     model = torch.nn.Linear(4, 3)
@@ -238,7 +238,7 @@ def test_the_checkpointer_saves_and_loads_a_users_own_state(tmp_path):
 
 @pytest.mark.serial
 def test_async_save_blocks_training_less_than_a_sync_save(tmp_path):
-    from course_lib.faults.dcp_demo import async_vs_sync
+    from course_lib.faults.labs import async_vs_sync
     r = async_vs_sync(tmp_path, repeats=3, overlap_steps=2)
     assert r["async_intact"]                          # each async checkpoint = weights when taken
     assert r["checkpoint_bytes"] > 1e6

@@ -2,7 +2,7 @@
 interval, goodput, checkpoint sizes and save times) and, in their own modules, the real runs on
 CPU processes — an elastic ``torchrun`` job that survives SIGKILL (``elastic``, launched and read
 back by ``jobs``, its faults in ``inject``), sharded and asynchronous ``torch.distributed.checkpoint``
-saves (``checkpointer``, demos in ``dcp_demo``) that are verified against their files' digests
+saves (``checkpointer``; the lab's demos in ``labs``) that are verified against their files' digests
 before loading, kept in a folder one job owns and pruned by a retention policy (``integrity``), a
 straggler monitor (``monitor``) and a small job for practising resume-from-checkpoint, with the
 harness that kills it (``drill``)."""

@@ -1,4 +1,6 @@
-"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP), made safe to resume from.
+"""Chapter 12's lab drivers for sharded checkpoints with ``torch.distributed.checkpoint`` (DCP):
+the code the lab and the tests run on real ranks, apart from the library they measure
+(``course_lib.faults.checkpointer``, ``integrity``, ``digests``).
 
 With FSDP every rank holds only its shard of the weights and of the optimizer state, so every rank
 writes its own shard, in parallel, and no rank ever holds the whole model: ``dcp.save`` plans who
@@ -7,7 +9,7 @@ tensors to files. ``dcp.load`` reads that map back for *any* sharding: a checkpo
 ranks loads into 2 (resharding).
 
 DCP alone does not tell a resuming job which checkpoint finished, nor whether its files are
-intact. :class:`ShardedCheckpointer` (``course_lib.faults.checkpointer``) adds chapter 6's recipe
+intact. :class:`~course_lib.faults.checkpointer.ShardedCheckpointer` adds chapter 6's recipe
 on top: after DCP's save has returned on every rank (and its files were fsynced), rank 0 writes a
 ``COMPLETE`` marker, atomically and last, with every file's SHA-256; a directory without the
 marker is a save killed part-way and is never loaded, and one whose files do not match it is
@@ -27,12 +29,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .checkpointer import (MARKER, ShardedCheckpointer, checkpoint_dir, complete_steps,  # noqa: F401
-                           incomplete_steps, latest_complete)
+from .checkpointer import ShardedCheckpointer, checkpoint_dir
 from .digests import digest, full_digests
 
-__all__ = ["MARKER", "ShardedCheckpointer", "checkpoint_dir", "complete_steps", "incomplete_steps",
-           "latest_complete", "digest", "full_digests", "async_vs_sync", "reshard_check"]
+__all__ = ["async_vs_sync", "reshard_check"]
 
 # ---------------------------------------------------------------------------------- the demos
 SAVE_DEMO_MODEL = {"vocab_size": 256, "seq_len": 32, "n_layers": 4, "n_heads": 4, "d_model": 192}
