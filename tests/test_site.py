@@ -25,6 +25,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
+from machine_load import patience
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium"))
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -145,6 +147,7 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
             r.abort("blockedbyclient")
 
     context.route("**/*", route)
+    context.set_default_timeout(patience(30_000))      # every other wait: stretched on a busy machine
     page = context.new_page()
     page.on("request", lambda r: (result.requests.append(r.url),
                                   None if _is_local(r.url) else result.external.append(r.url)))
@@ -154,23 +157,23 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
     page.on("console", lambda m: result.console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: result.page_errors.append(str(e)))
     try:
-        response = page.goto(url, wait_until="load", timeout=30_000)
+        response = page.goto(url, wait_until="load", timeout=patience(30_000))
         result.status = response.status if response else None
         if redirects_to:  # e.g. the top-level index.html, a meta-refresh to book/index.html
-            page.wait_for_url(redirects_to, timeout=15_000)
+            page.wait_for_url(redirects_to, timeout=patience(15_000))
             page.wait_for_load_state("load")
         if page.evaluate("() => document.querySelectorAll('.math').length") > 0:
             try:
-                page.wait_for_function(MATHJAX_DONE, timeout=MATHJAX_TIMEOUT_MS)
+                page.wait_for_function(MATHJAX_DONE, timeout=patience(MATHJAX_TIMEOUT_MS))
             except PlaywrightTimeout:
                 pass  # the report says what did not typeset
             result.mathjax = page.evaluate(MATHJAX_REPORT)
         if after_load:
-            page.wait_for_function(after_load, timeout=15_000)
+            page.wait_for_function(after_load, timeout=patience(15_000))
         if collect:
             result.collected = page.evaluate(collect)
         result.broken_images = page.evaluate(BROKEN_IMAGES)
-        page.wait_for_load_state("networkidle", timeout=10_000)
+        page.wait_for_load_state("networkidle", timeout=patience(10_000))
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
         for width in layout_widths:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machine_load import patience
 from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
 
 from course_lib import comm, distill, faults, flops, hardware, memory, pipeline, scaling
@@ -255,6 +256,7 @@ DEFAULTS = """(name) => Object.fromEntries([...document.querySelectorAll(
 def pages(browser: Any, site_url: str, html_dir: Path) -> Iterator[Callable[[str], Any]]:  # noqa: F811
     """One open page per chapter (loaded once); page errors fail the test that loaded it."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    context.set_default_timeout(patience(30_000))   # stretched on a busy machine
     opened: dict[str, Any] = {}
 
     def get(docname: str) -> Any:
@@ -264,7 +266,7 @@ def pages(browser: Any, site_url: str, html_dir: Path) -> Iterator[Callable[[str
             page = context.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=30_000)
+            page.goto(f"{site_url}/{docname}.html", wait_until="load", timeout=patience(30_000))
             assert not errors, f"{docname}: JavaScript errors: {errors}"
             opened[docname] = page
         return opened[docname]
@@ -419,9 +421,10 @@ def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path,  
     if not (html_dir / "book/05_pipeline.html").is_file():
         pytest.skip("no chapter 5 in this build")
     context = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+    context.set_default_timeout(patience(30_000))   # stretched on a busy machine
     try:
         page = context.new_page()
-        page.goto(f"{site_url}/book/05_pipeline.html", wait_until="load", timeout=30_000)
+        page.goto(f"{site_url}/book/05_pipeline.html", wait_until="load", timeout=patience(30_000))
         box = 'div.course-calc[data-calc="bubble"]'
         page.focus(f"{box} [name=p]")
         page.keyboard.press("Control+A")
@@ -459,13 +462,14 @@ def test_keyboard_and_phone_width(browser: Any, site_url: str, html_dir: Path,  
 def test_pages_read_without_javascript(browser: Any, site_url: str, html_dir: Path) -> None:  # noqa: F811
     """With JavaScript off the block says what it is and the chapter's own numbers are still there."""
     context = browser.new_context(java_script_enabled=False)
+    context.set_default_timeout(patience(30_000))   # stretched on a busy machine
     try:
         page = context.new_page()
         for docname, names in _by_page().items():
             if not (html_dir / f"{docname}.html").is_file():
                 continue
             # the fallback is in the HTML itself: no need to wait for the page's images and fonts
-            page.goto(f"{site_url}/{docname}.html", wait_until="domcontentloaded", timeout=30_000)
+            page.goto(f"{site_url}/{docname}.html", wait_until="domcontentloaded", timeout=patience(30_000))
             for name in names:
                 text = page.text_content(f'div.course-calc[data-calc="{name}"]')
                 assert "appears here when JavaScript runs" in text, name
@@ -478,9 +482,10 @@ def test_calculator_works_from_the_file_system(browser: Any, html_dir: Path) -> 
     if not (html_dir / "book/01_flops.html").is_file():
         pytest.skip("no chapter 1 in this build")
     context = browser.new_context()
+    context.set_default_timeout(patience(30_000))   # stretched on a busy machine
     try:
         page = context.new_page()
-        page.goto((html_dir / "book/01_flops.html").as_uri(), wait_until="load", timeout=30_000)
+        page.goto((html_dir / "book/01_flops.html").as_uri(), wait_until="load", timeout=patience(30_000))
         value = page.get_attribute('div.course-calc[data-calc="training_days"] output[data-key=days]', "data-value")
         assert value is not None and math.isclose(float(value), flops.training_days(34e9, 8e12, 1024, 0.45), rel_tol=REL)
     finally:
