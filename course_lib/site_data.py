@@ -10,9 +10,11 @@ import dataclasses
 import inspect
 import json
 
-from . import distill, faults, flops, hardware, layout, memory, network, scaling, stepmodel
+from . import comm, distill, faults, flops, hardware, layout, memory, network, scaling
 from ._validate import MAX_INT
 from .data.tokenize import token_dtype
+from .layout import job as layout_grid
+from .layout import stepmodel
 from .plan import planner
 
 __all__ = ["calculator_data", "calculator_data_js"]
@@ -44,10 +46,10 @@ def _plan_data() -> dict:
         "layout_defaults": _defaults(layout.layout),
         "flash_attention": inspect.signature(layout.layout).parameters["flash_attention"].default,
         "network_latency": net,
-        "pow2": list(layout._POW2),
-        "interleave": list(layout._INTERLEAVES),
-        "max_layers": layout._MAX_LAYERS,
-        "zero_passes": {str(k): list(v) for k, v in layout.comm._PASSES.items()},
+        "pow2": list(layout_grid._POW2),
+        "interleave": list(layout_grid._INTERLEAVES),
+        "max_layers": layout_grid._MAX_LAYERS,
+        "zero_passes": {str(k): list(v) for k, v in comm._PASSES.items()},
         "head_dim": planner._HEAD_DIM,
         "writer_bandwidth": planner._WRITER_BW,
         "checkpoint_bytes_per_param": planner._CKPT_BYTES_PER_PARAM,

@@ -25,7 +25,7 @@ from test_api_inputs import INF_OK, time_limit
 from course_lib import faults, layout, network
 from course_lib._validate import _finite
 from course_lib.__main__ import _available, _converter, _json_list, _object_valued, _switch, main
-from course_lib.layout_explain import layout_calculator, llama3_405b
+from course_lib.layout import layout_calculator, llama3_405b
 from course_lib.plan import audit as audit_mod
 from course_lib.plan import model_shape, plan, planner, runs
 

@@ -12,7 +12,8 @@ import pytest
 
 from course_lib import comm, layout as L, memory, pipeline
 from course_lib.__main__ import main
-from course_lib.layout import _evaluate, _in_flight, _job
+from course_lib.layout.evaluate import _evaluate, _in_flight
+from course_lib.layout.job import _job
 
 SMALL = dict(n_params=7e9, n_layers=32, d_model=4096, n_heads=32, seq_len=4096,
              global_batch_tokens=4 * 2 ** 20, n_gpus=64)
@@ -114,7 +115,7 @@ def test_cli_prints_the_layout_and_its_explanation(capsys):
 
 
 def test_widget_callback_and_static_text():
-    from course_lib.layout_explain import layout_calculator, layout_widget, render_layout
+    from course_lib.layout import layout_calculator, layout_widget, render_layout
     r = layout_calculator(**(SMALL | dict(kv_heads=8)))
     assert r["tp"] * r["cp"] * r["pp"] * r["dp"] == 64 and r["shape"].startswith("TP ")
     text = render_layout(r)
@@ -153,7 +154,7 @@ def test_llama3_405b_published_layouts_fit_as_meta_ran_them(seq_len, degrees):
     one layer fewer on the first and last stages, one layer per interleaved chunk (v = 8), no
     activation checkpointing. Laid out so, both published layouts fit in 90 % of 80 GiB, and the
     MFU counted as Meta counts it (attention included) is within ±15 % of Table 4's."""
-    from course_lib.layout_explain import LLAMA3_TABLE4_MFU, mfu_counting_attention
+    from course_lib.layout import LLAMA3_TABLE4_MFU, mfu_counting_attention
     shape = {k: v for k, v in L.llama3_405b(seq_len).items() if k != "n_gpus"}
     x = L.estimate(*degrees, v=8, zero=2, trim_first_last=True, **shape)
     assert x.fits and x.recompute == "none"

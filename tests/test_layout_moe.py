@@ -3,8 +3,10 @@ memory but only the active ones in 6ND, the all-to-all per MoE layer from comm.e
 and DeepSeek-V3's published layout against what its pre-training hours imply (nothing fitted to it)."""
 import pytest
 
-from course_lib import comm, layout as L, layout_moe
-from course_lib.layout_moe import DEEPSEEK_V3, MoE
+from course_lib import comm, layout as L
+from course_lib.layout import moe as layout_moe
+from course_lib.layout.job import _POW2
+from course_lib.layout.moe import DEEPSEEK_V3, MoE
 from course_lib.memory import _breakdown
 
 V3 = dict(n_params=37e9, n_layers=61, d_model=7168, n_heads=128, seq_len=4096,
@@ -41,7 +43,7 @@ def test_all_to_all_time_is_the_calculators_bytes_over_the_wires():
 
 
 def test_ep_is_carved_from_dp_and_a_dense_model_has_none():
-    assert layout_moe.expert_degrees(DEEPSEEK_V3, 96, L._POW2) == [1, 2, 4, 8, 16, 32]
+    assert layout_moe.expert_degrees(DEEPSEEK_V3, 96, _POW2) == [1, 2, 4, 8, 16, 32]
     plans = L.plan_layouts(n_gpus=2048, **V3)
     assert plans and all(x.dp % x.ep == 0 and DEEPSEEK_V3.n_experts % x.ep == 0 for x in plans)
     assert any(x.ep > 1 for x in plans)

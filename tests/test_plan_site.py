@@ -1,7 +1,7 @@
 """Chapter 13's live planner (book/_static/calculators_plan.js) without a browser or a book build.
 
 What the page takes from course_lib.site_data must be what course_lib uses, including the
-layout search's interleave choices and bound on n_layers, checked here by asking layout.py's
+layout search's interleave choices and bound on n_layers, checked here by asking course_lib.layout's
 search itself. Where Node.js is installed, the port also runs outside a browser against
 ``course_lib.plan.plan`` on a grid, the bad inputs and the extremes of tests/test_site_calculators.py
 (Chromium drives all of them on the built page there; this is a quick sample while editing).
@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 from test_site_calculators import BAD, EXTREME, EXTREME_OK, GRIDS, PLAN_SCRIPT, SCRIPT, _python
 
-from course_lib import hardware, layout, network, stepmodel
+from course_lib import hardware, network
+from course_lib.layout import job as layout_job
+from course_lib.layout import search as layout_search
+from course_lib.layout import stepmodel
 from course_lib.plan import planner
 from course_lib.site_data import calculator_data, calculator_data_js
 
@@ -67,7 +70,7 @@ def test_site_data_is_the_planners() -> None:
     # the NIC follows the generation (HDR for A100), V100 trains in FP16
     assert DATA["hardware"]["A100"]["nic_bits_per_s"] == 200e9 and DATA["hardware"]["V100"]["dtype"] == "fp16"
     assert set(DATA["hardware"]) == set(hardware.ACCELERATORS)
-    assert DATA["pow2"] == list(layout._POW2)
+    assert DATA["pow2"] == list(layout_job._POW2)
     defaults = inspect.signature(planner.plan).parameters
     for name, text in DATA["plan_defaults"].items():    # the repr keeps an int an int
         assert repr(defaults[name].default) == text, name
@@ -81,12 +84,12 @@ def _job(**kw):
     args = dict(n_params=1e9, n_layers=64, d_model=2048, n_heads=16, seq_len=1024, global_batch_tokens=2 ** 20,
                 n_gpus=64, gpu="H100", network=network.DGX_H100_NDR, compute_mfu=None, usable_fraction=0.9,
                 flash_attention=True, kv_heads=None, micro_batch=1, max_cp=128, max_zero=3)
-    return layout._job(**dict(args, **kw))
+    return layout_job._job(**dict(args, **kw))
 
 
 def test_inline_layout_figures_match_layout_py() -> None:
     """The interleave choices and the n_layers bound the page gets are the ones the search uses."""
-    seen = {c[4] for c in layout._candidates(_job(), ("none",))}   # L = 64 and m = 64: every v allowed
+    seen = {c[4] for c in layout_search._candidates(_job(), ("none",))}   # L = 64 and m = 64: every v allowed
     assert sorted(seen) == DATA["interleave"]
     _job(n_layers=DATA["max_layers"])
     with pytest.raises(ValueError, match=f"n_layers must be <= {DATA['max_layers']}"):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy.optimize import curve_fit
 
-from course_lib import hardware, layout, stepmodel
-from course_lib.layout_explain import LLAMA3_TABLE4_MFU, llama3_405b, mfu_counting_attention
+from course_lib import hardware, layout
+from course_lib.layout import LLAMA3_TABLE4_MFU, llama3_405b, mfu_counting_attention, stepmodel
+from course_lib.layout import evaluate as layout_evaluate
 
 H100 = hardware.get_accelerator("H100-SXM")
 PEAK, BW = H100.peak("bf16"), H100.hbm_bandwidth
@@ -38,11 +39,11 @@ def test_sustained_fraction_is_the_one_fit_to_llama3_405b_at_8k():
     j = llama3_405b(8192)
     j.pop("n_gpus")
     saved, lo, hi = stepmodel.SUSTAINED, 0.3, 1.0
-    layout._layer_parts.cache_clear()
+    layout_evaluate._layer_parts.cache_clear()
     try:
         for _ in range(25):
             stepmodel.SUSTAINED = (lo + hi) / 2
-            layout._layer_parts.cache_clear()
+            layout_evaluate._layer_parts.cache_clear()
             x = layout.estimate(8, 1, 16, 128, v=8, zero=2, trim_first_last=True, **j)
             if mfu_counting_attention(x.mfu, 405e9, 126, 16384, 8192) > LLAMA3_TABLE4_MFU[8192]:
                 hi = stepmodel.SUSTAINED
@@ -50,7 +51,7 @@ def test_sustained_fraction_is_the_one_fit_to_llama3_405b_at_8k():
                 lo = stepmodel.SUSTAINED
     finally:
         stepmodel.SUSTAINED = saved
-        layout._layer_parts.cache_clear()
+        layout_evaluate._layer_parts.cache_clear()
     assert lo == pytest.approx(saved, abs=0.01)
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import comm, stepmodel
-from ._validate import positive, positive_int
+from .. import comm
+from . import stepmodel
+from .._validate import positive, positive_int
 
 __all__ = ["MoE", "DEEPSEEK_V3", "DEEPSEEK_V2"]
 

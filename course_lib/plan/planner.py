@@ -14,8 +14,8 @@ from .. import faults, flops, scaling
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
 from ..hardware import ACCELERATORS, lookup
-from ..layout import _MAX_LAYERS, _POW2, USABLE_FRACTION, layout
-from ..layout_moe import MoE
+from ..layout import USABLE_FRACTION, MoE, layout
+from ..layout.job import _MAX_LAYERS, _POW2
 from ..numerics import format_info, stall_point
 from .result import Plan
 
@@ -212,7 +212,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     restart time (chapter 12); left None they are those of a published cluster of ``gpu``'s
     generation (``Accelerator.cluster_source``: for H100 Llama 3's Tectonic at 2 TB/s and a
     10-minute failover, for A100 the 273 GB/s Megatron-LM's checkpoints reached on 3,072 A100).
-    ``moe`` (``course_lib.layout_moe.MoE``) plans a mixture of experts: ``n_params`` is then the
+    ``moe`` (``course_lib.layout.MoE``) plans a mixture of experts: ``n_params`` is then the
     active count (6ND), the layout holds every expert, and EP joins the layout search.
     ``block`` counts a layer's activations as Korthikanti's GELU / multi-head / dropout block
     ("gpt") or as a Llama block (RMSNorm, grouped-query attention, SwiGLU, no dropout: "llama",

@@ -1,0 +1,148 @@
+"""What the layout planner plans and answers: the job (a model on a cluster, every input checked
+by ``_job`` with the name the user typed), one ``Layout`` and its estimate, and the planner's
+cited constants (see ``course_lib.layout`` for the model)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._validate import choice, flag, fraction, positive, positive_int, zero_stage
+from ..hardware import lookup
+from ..memory import BLOCKS
+from ..network import Network
+from .moe import MoE
+
+__all__ = ["Layout", "USABLE_FRACTION", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES"]
+
+_POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128: the TP, CP and PP degrees searched
+_INTERLEAVES = (1, 2, 4, 8)                # model chunks per pipeline rank searched
+_MAX_LAYERS = 10 ** 5
+# The share of HBM a training step may plan for. The rest goes to the CUDA context, NCCL's buffers
+# and, mostly, the caching allocator's fragmentation: GMLake (Guo et al., ASPLOS 2024,
+# arXiv 2401.08156) recovers 9.2 GB on average (up to 25 GB) of an 80 GB A100 across eight LLM
+# training workloads by defragmenting PyTorch's allocator, i.e. ~11 % lost, so 0.9 is the average
+# case, not the worst. Llama 3 405B's published 8K layout (arXiv 2407.21783 §3.3.2) fits at it,
+# as Meta ran it (tests/test_layout.py checks both).
+USABLE_FRACTION = 0.9
+# ZB-H1 (Qi et al. 2023, arXiv 2401.10241 §3.1) splits each backward into B (input gradient) and W
+# (weight gradient) and runs W late, so a pipeline idles (p-1)(T_F + T_B - T_W) instead of 1F1B's
+# (p-1)(T_F + T_B + T_W) when m >= p. A layer's 6N FLOPs give T_F : T_B : T_W = 1 : 1 : 1, so a third
+# of 1F1B's bubble (chapter 5's simulator replays the schedule and gives the same, tests/test_layout.py).
+ZB_H1_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
+GMLAKE_A100_FRAGMENTATION_BYTES = 9.2e9     # the average above, of an 80 GB A100
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout and what the planner estimates for it (bytes per GPU, seconds per step)."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    v: int
+    zero: int
+    recompute: str
+    microbatches: int
+    states_bytes: float
+    activation_bytes: float
+    usable_bytes: float
+    compute_s: float
+    bubble_s: float
+    tp_s: float
+    cp_s: float
+    pp_s: float
+    dp_s: float
+    mfu: float
+    memory_bytes: float    # states + activations
+    step_s: float          # compute + bubble + the four exposed communication terms
+    explanation: str = ""
+    breakdown: dict = field(default_factory=dict, compare=False)   # compute by part, seconds per step
+    hidden: dict = field(default_factory=dict, compare=False)      # communication hidden, per level
+    ep: int = 1            # expert parallelism, carved from DP (a mixture of experts)
+    ep_s: float = 0.0      # the exposed all-to-all of the MoE layers
+    schedule: str = "1f1b"  # the pipeline schedule ("zb-h1": zero-bubble's split backward)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.usable_bytes
+
+    def shape(self) -> str:
+        """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
+        v = f" (v={self.v})" if self.v > 1 else (" (ZB-H1)" if self.schedule == "zb-h1" and self.pp > 1 else "")
+        ep = f" (EP {self.ep})" if self.ep > 1 else ""
+        return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}{ep}"
+
+
+@dataclass(frozen=True)
+class _Job:
+    psi: float
+    L: int
+    h: int
+    a: int
+    s: int
+    tokens: float
+    n: int
+    kv: int
+    b: int
+    flash: bool
+    peak: float
+    rate: float | None  # FLOP/s at a given flat compute_mfu (the what-if); None: the step model
+    link: float
+    g: int
+    net: Network
+    usable: float
+    max_cp: int
+    max_zero: int
+    sp: bool = True          # sequence parallelism with TP (Korthikanti et al. 2022, arXiv 2205.05198)
+    selective: bool = True   # selective recomputation offered (same paper; needs stored scores)
+    gpu: str = "H100-SXM"
+    hbm_bandwidth: float = 3.35e12
+    tp_overlap: bool = False  # TP collectives hidden behind the layer's GEMMs (Megatron's tp-comm-overlap)
+    cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
+    vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
+    moe: MoE | None = None   # a mixture of experts (course_lib.layout.moe)
+    schedule: str = "1f1b"    # "zb-h1": zero-bubble's B/W split (given layouts only, estimate)
+    block: str = "gpt"        # how activations are counted (memory.BLOCKS): Korthikanti's or a Llama block's
+
+
+def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
+         compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
+         sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
+         vocab_size=None, moe=None, block="gpt") -> _Job:
+    a = positive_int("n_heads", n_heads)
+    kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
+    if kv > a or a % kv:
+        raise ValueError(f"kv_heads ({kv}) must divide n_heads ({a}): each K/V head serves a whole group "
+                         f"of query heads")
+    if not isinstance(network, Network):
+        raise ValueError(f"network must be a course_lib.network.Network, got {network!r:.40}")
+    h = positive_int("d_model", d_model)
+    if h % a:    # d_model 1000 with 7 heads, or 32 with 64: no such attention exists
+        raise ValueError(f"n_heads ({a}) must divide d_model ({h}): each head gets d_model/n_heads "
+                         f"dimensions, a whole number of at least 1")
+    s = positive_int("seq_len", seq_len)
+    tokens = positive("global_batch_tokens", global_batch_tokens)
+    if tokens < s:
+        raise ValueError(f"global_batch_tokens ({global_batch_tokens!r}) is less than one sequence "
+                         f"(seq_len={s})")
+    acc = lookup("gpu", gpu)
+    u = None if compute_mfu is None else fraction("compute_mfu", compute_mfu)
+    peak = acc.peak(acc.training_dtype)
+    return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=_MAX_LAYERS), h, a, s,
+                tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
+                flag("flash_attention", flash_attention), peak, None if u is None else peak * u,
+                acc.link_bandwidth, network.gpus_per_node, network,
+                acc.hbm_bytes * fraction("usable_fraction", usable_fraction), positive_int("max_cp", max_cp),
+                zero_stage("max_zero", max_zero), flag("sequence_parallel", sequence_parallel),
+                flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
+                flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
+                0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
+                _moe(moe, n_layers), block=choice("block", block, BLOCKS))
+
+
+def _moe(moe, n_layers) -> MoE | None:
+    if moe is None:
+        return None
+    if not isinstance(moe, MoE):
+        raise ValueError(f"moe must be a course_lib.layout.MoE or None, got {moe!r:.40}")
+    return moe.checked(positive_int("n_layers", n_layers, maximum=_MAX_LAYERS))
