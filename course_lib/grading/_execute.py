@@ -22,7 +22,7 @@ Progress is appended to PROGRESS.jsonl as it happens, so the parent can tell how
 The kernel inherits this process's environment (``COURSE_GRADE_MODE`` and friends) and its resource
 limits (``--limits``). The events the grader *relies on* (``kernel``, ``cells_done``, ``unreadable``,
 ``failed_before_cells``, ``end``) also go to the status pipe ``--status-fd``, which the kernel cannot reach
-(:func:`course_lib.grading._launch.secure_status`); the progress file is only for messages. Code
+(:func:`course_lib.grading._inside.secure_status`); the progress file is only for messages. Code
 cells whose ``source`` is not text run as empty cells.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limits", default="")
     p.add_argument("--status-fd", type=int, default=None)
     a = p.parse_args(argv)
-    from course_lib.grading._launch import apply_limits, secure_status
+    from course_lib.grading._inside import apply_limits, secure_status
 
     status = secure_status(a.status_fd) if a.status_fd is not None else None
 
