@@ -21,7 +21,8 @@ from course_lib.grading.__main__ import main as cli
 from course_lib.grading._notebook import normalise_executed
 from course_lib.grading.copies import copied_blocks
 from course_lib.grading.generate import exercise_notebook, strip_code
-from course_lib.grading.reports import Row, grades_json
+from course_lib.grading.grades import Row
+from course_lib.grading.reports import grades_json
 from course_lib.grading.runner import Options, chapter_for, grade_dir
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="the grader needs bubblewrap")
@@ -256,7 +257,7 @@ def test_wire_is_strict_data():
 def test_rows_and_reports_are_sanitised():
     rows = [Row("a", 2, float("nan"), ""), Row("b", 2, float("inf"), ""), Row("c", 2, 5, ""), Row("d", 2, -1, "")]
     assert [r.score for r in rows] == [0.0, 0.0, 2.0, 0.0]
-    from course_lib.grading.reports import NotebookGrade
+    from course_lib.grading.grades import NotebookGrade
 
     text = grades_json([NotebookGrade("x.ipynb", "fx", rows)], 60, seed=3)
     data = json.loads(text, parse_constant=lambda name: pytest.fail(name))

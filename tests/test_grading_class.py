@@ -20,7 +20,7 @@ import pytest
 from course_lib.grading import classroom
 from course_lib.grading.classroom import discover, flat_student, grade_all
 from course_lib.grading.gradebook import gradebook_csv, number
-from course_lib.grading.reports import NotebookGrade, Row
+from course_lib.grading.grades import NotebookGrade, Row
 
 FIX = Path(__file__).parent / "fixtures" / "grading"
 MASTER = FIX / "solutions" / "fx_grading.ipynb"

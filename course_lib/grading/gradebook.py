@@ -15,12 +15,9 @@ from __future__ import annotations
 import csv
 import io
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from course_lib.grading.grades import NotebookGrade
 from course_lib.grading.values import printable as _printable
-
-if TYPE_CHECKING:
-    from course_lib.grading.reports import NotebookGrade
 
 
 @dataclass

@@ -1,56 +1,18 @@
-"""The grades of a folder of notebooks (:class:`NotebookGrade`, one :class:`Row` per question) and
-the reports the runner writes from them: a plain-text table for the terminal, ``summary.md`` for a
-CI job summary, ``junit.xml`` for CI test panels, ``grades.json`` (everything, strict JSON) and
+"""The reports the runner writes from the grades of a folder of notebooks (one
+:class:`~course_lib.grading.grades.NotebookGrade` each): a plain-text table for the terminal,
+``summary.md`` for a CI job summary, ``junit.xml`` for CI test panels, ``grades.json`` (everything, strict JSON) and
 ``gradebook.csv`` (one row per student, :mod:`course_lib.grading.gradebook`). Every report also
 lists the class folder's entries that were skipped, with the reason."""
 from __future__ import annotations
 
 import json
-import math
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading import gradebook
 from course_lib.grading.classroom import Skipped
+from course_lib.grading.grades import NotebookGrade
 from course_lib.grading.values import fmt_points
-
-
-@dataclass
-class Row:
-    """One question's grade; the score is always a finite number in [0, points]."""
-
-    qid: str
-    points: float
-    score: float
-    message: str
-
-    def __post_init__(self) -> None:
-        s = float(self.score) if isinstance(self.score, (int, float)) else 0.0
-        self.score = round(min(max(s, 0.0), float(self.points)), 4) if math.isfinite(s) else 0.0
-
-
-@dataclass
-class NotebookGrade:
-    name: str
-    chapter: str
-    rows: list[Row] = field(default_factory=list)
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)  # for the instructor (e.g. copied solutions)
-    student: str = ""  # whose notebook it is (the gradebook's row); "" = the notebook's own name
-
-    @property
-    def points(self) -> float:
-        return round(sum(r.points for r in self.rows), 4)
-
-    @property
-    def score(self) -> float:
-        return round(sum(r.score for r in self.rows), 4)
-
-    @property
-    def percent(self) -> float:
-        return 100.0 * self.score / self.points if self.points else 0.0
-
 
 
 def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = ()) -> str:
