@@ -24,7 +24,7 @@ from course_lib.grading.__main__ import main as cli
 from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.i18n import Message, msg, render, series
 from course_lib.grading.question import UNIT_MISTAKES
-from course_lib.grading.runner import Options, _score
+from course_lib.grading.scoring import Options, score_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 GRADING = ROOT / "course_lib" / "grading"
@@ -281,10 +281,10 @@ def test_runner_and_command_line_take_the_language(monkeypatch):
         Options(lang="jp")
     q = next(q for q in load_bank("ch01_flops") if q.qid == "days_34b_8t")
     ref = q.reference()
-    en = _score(q, ref * 24, None, Options())
-    cn = _score(q, ref * 24, None, Options(lang="zh"))
+    en = score_answer(q, ref * 24, None, Options())
+    cn = score_answer(q, ref * 24, None, Options(lang="zh"))
     assert en.score == cn.score == 0 and "hours" in en.message and "小时" in cn.message
-    assert _score(q, ref, None, Options(lang="zh")).message == "正确"
+    assert score_answer(q, ref, None, Options(lang="zh")).message == "正确"
     for argv in (["grade", str(ROOT), "--lang", "fr"], ["check", "--lang", "fr"]):
         with pytest.raises(SystemExit) as e:
             cli(argv)
