@@ -27,7 +27,6 @@ import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import pickle
-import signal
 import socket
 import sys
 import time
@@ -38,6 +37,7 @@ from . import dist_progress
 from .dist_errors import (_GRACE_S, _MAIN_HINT, _UNGUARDED_MAIN_EXIT, _WAITED, RankError, RankHung, _blame, _hang,
                           _waited)
 from .dist_rank import RankContext, _make_context, _rank_main, _resolve, _worker_spec
+from .dist_reap import kill_groups
 
 __all__ = ["RankContext", "RankError", "RankHung", "launch", "free_port", "default_backend", "run_from_env"]
 
@@ -81,41 +81,7 @@ def _stop(procs: list) -> None:
         if p.is_alive():
             p.kill()
             p.join(2.0)
-    _kill_groups([p.pid for p in procs])
-
-
-def _kill_groups(pgids: list[int]) -> None:
-    """SIGKILL every process in these process groups (each rank leads its own, see
-    ``dist_rank._own_process_group``) and wait, up to 5 s, until none of them is running.
-
-    A group exists only while a process in it lives, and Linux gives no new process the id of a
-    live group, so a group id taken from a rank never names someone else's processes."""
-    for g in pgids:
-        try:
-            os.killpg(g, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, AttributeError):
-            pass   # the group is empty already (or not POSIX)
-    deadline = time.monotonic() + 5.0
-    while _group_members(set(pgids)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _group_members(pgids: set[int]) -> list[int]:
-    """Pids of the running (not zombie) processes in these process groups, from /proc (Linux)."""
-    found = []
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return found
-    for e in entries:
-        try:
-            with open(f"/proc/{e}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()   # after "(command name)"
-        except OSError:
-            continue   # it ended meanwhile
-        if fields[0] not in (b"Z", b"X") and int(fields[2]) in pgids:
-            found.append(int(e))
-    return found
+    kill_groups([p.pid for p in procs])
 
 
 def _mp_context():
