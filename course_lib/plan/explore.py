@@ -50,6 +50,10 @@ def mfu_figure(sweeps: dict[str, list[tuple[float, float]]]):
         ax.plot(xs, ys, "o-", color=plots.THEORY)
         ax.set(xscale="log", xlabel=labels[key][0], ylabel="MFU (planner)", title=labels[key][1],
                ylim=(0, 0.6))
+        # ticks at the plotted points only (a log axis's own decades and minor ticks marked none of
+        # them and their labels overlapped); sequence lengths in K tokens
+        ax.minorticks_off()
+        ax.set_xticks(xs, [f"{x // 1024:g}K" if key == "seq_len" else f"{x:g}" for x in xs])
     return fig
 
 
