@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from .counting import CountingComm, as_comm, optimizer_state_bytes, storage_bytes
 from .dp import broadcast_from_rank0
+from .fsdp_policy import split_by_policy
 from .fsdp_state import full_optim_state_dict, load_full_optim_state_dict
 from .fsdp_units import Group, MixedPrecision, Shared, Unit
 from .grad_clip import clip_grads_
@@ -80,6 +81,11 @@ class FSDP(nn.Module):
       iterable of parameters and modules (their parameters), or ``True`` for every parameter no
       unit claims (the root's: say LayerNorm gains and biases, when ``units`` are the Linear and
       Embedding layers). They are broadcast from rank 0 here and used in their own dtype.
+    * ``shard``: a wrap policy instead of ``units`` — a module type, a set of types, torch's
+      ``ModuleWrapPolicy`` or a predicate over modules. Each matching module is a unit and its
+      parameters are sharded; every other parameter is replicated as above (``FSDP(model,
+      shard={nn.Linear, nn.Embedding})``: matrices sharded, norms whole; a tied embedding stays
+      sharded). See :mod:`course_lib.parallel.fsdp_policy`. None (the default): ``units``.
     * Gradient clipping: :meth:`clip_grad_norm_` (the norm over every shard on every rank).
       ``torch.nn.utils.clip_grad_norm_(fsdp.parameters(), ...)`` would see this rank's shards only
       (each rank would clip by its own, wrong norm), so on more than one rank it raises, naming
@@ -91,13 +97,18 @@ class FSDP(nn.Module):
 
     def __init__(self, module: nn.Module, comm: CountingComm | None = None, *, units=(),
                  reshard_root: bool = True, mixed_precision: MixedPrecision | None = None,
-                 sync_module_states: bool = False, replicate=()) -> None:
+                 sync_module_states: bool = False, replicate=(), shard=None) -> None:
         super().__init__()
         if mixed_precision is not None and not isinstance(mixed_precision, MixedPrecision):
             raise ValueError(f"mixed_precision must be a MixedPrecision or None; got {mixed_precision!r}")
         if isinstance(units, nn.Module) and not isinstance(units, (nn.ModuleList, nn.Sequential)):
             units = [units]                      # one module; a ModuleList/Sequential: its children
-        order = list(units) + [module]
+        units, by_policy = list(units), set()
+        if shard is not None:
+            if units:
+                raise ValueError("give units or shard, not both: shard picks the units (every module it matches)")
+            units, by_policy = split_by_policy(module, shard)
+        order = units + [module]
         if not all(isinstance(u, nn.Module) for u in order):
             raise ValueError(f"units must be an iterable of nn.Module; got {units!r}")
         members = [{id(m) for m in u.modules()} for u in order]
@@ -113,7 +124,7 @@ class FSDP(nn.Module):
         for p, owners in _owners(module).values():
             fits = [k for k, mem in enumerate(members) if all(id(m) in mem for m, _ in owners)]
             claims[min(fits, key=lambda k: len(members[k]))].append((p, owners))
-        keep = self._replicated_ids(replicate, claims[-1])
+        keep = self._replicated_ids(replicate, claims[-1]) | by_policy
         self.replicated = [p for p, _ in _owners(module).values() if id(p) in keep]
         claims = [[(p, o) for p, o in c if id(p) not in keep] for c in claims]
         broadcast_from_rank0(self.comm, self.replicated)
