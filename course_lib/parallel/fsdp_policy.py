@@ -70,8 +70,8 @@ def shard_predicate(shard) -> Callable[[nn.Module], bool]:
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     except ImportError:                                   # a torch built without distributed
         ModuleWrapPolicy = ()                             # noqa: N806
-    if ModuleWrapPolicy and isinstance(shard, ModuleWrapPolicy):
-        shard = set(shard._module_classes)
+    if ModuleWrapPolicy and isinstance(shard, ModuleWrapPolicy):   # FSDP1's call: (module, recurse)
+        return lambda m: bool(shard(m, False))
     types = _types(shard)
     if types is not None:
         return lambda m: isinstance(m, types)
