@@ -224,3 +224,66 @@ def test_skipped_names_cannot_drive_the_terminal(tmp_path, capsys):
     assert grade_dir(tmp_path / "class", tmp_path / "out") == 2
     err = capsys.readouterr().err
     assert "skipped evil\\x1b[2J.txt: not a notebook" in err and "\x1b" not in err
+
+
+def _fx_grade(cls: Path, out: Path, *extra: str, cwd: Path | None = None, python: str = sys.executable,
+              timeout: int = 300) -> subprocess.CompletedProcess:
+    """A real grading run of ``cls`` with the fixture bank (every notebook is chapter fx_grading)."""
+    env = dict(os.environ, PYTHONPATH=str(FIX))
+    return subprocess.run([python, "-m", "course_lib.grading", "grade", str(cls), "--out", str(out),
+                           "--chapter", "fx_grading", "--bank", "grading_fixture_bank", "--seed", "7",
+                           "--jobs", "2", "--timeout-cell", "20", *extra],
+                          env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_names_that_are_not_utf8_reach_every_report_escaped(tmp_path):
+    """Issue #43 item 16: one file or folder name that is not valid UTF-8 anywhere in the class
+    folder crashed write_reports after the table (UnicodeEncodeError: surrogates not allowed), so
+    nobody got grades.json, junit.xml, gradebook.csv or summary.md and the run exited 1. Now every
+    report is written, each undecodable byte shown as \\xNN, and the run's status is the class's."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("the grader needs bubblewrap")
+    cls = tmp_path / "class"
+    (cls / "alice").mkdir(parents=True)
+    shutil.copy(MASTER, cls / "alice" / "fx_grading.ipynb")
+    (cls / os.fsdecode(b"alice/notes\xff.txt")).write_text("x")                  # a stray file
+    (cls / os.fsdecode(b"m\xffallory")).mkdir()                                  # a student folder
+    shutil.copy(MASTER, cls / os.fsdecode(b"m\xffallory/fx_grading.ipynb"))
+    shutil.copy(MASTER, cls / os.fsdecode(b"d\xffave-fx_grading.ipynb"))         # a flat notebook
+    out = tmp_path / "out"
+    proc = _fx_grade(cls, out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr                       # all three pass
+    assert "Traceback" not in proc.stderr and "\\udc" not in proc.stdout + proc.stderr
+    assert "skipped alice/notes\\xff.txt: not a notebook" in proc.stderr
+    assert "m\\xffallory  7/7" in proc.stdout and "d\\xffave     7/7" in proc.stdout
+    data = json.loads((out / "grades.json").read_bytes().decode("utf-8"))
+    assert sorted(n["notebook"] for n in data["notebooks"]) == [
+        "alice/fx_grading.ipynb", "d\\xffave-fx_grading.ipynb", "m\\xffallory/fx_grading.ipynb"]
+    assert sorted(s["student"] for s in data["students"]) == ["alice", "d\\xffave", "m\\xffallory"]
+    assert data["skipped"] == [{"entry": "alice/notes\\xff.txt", "reason": classroom.NOT_NOTEBOOK}]
+    assert list(csv.reader(io.StringIO((out / "gradebook.csv").read_bytes().decode("utf-8")))) == [
+        ["student", "fx_grading", "total"], ["alice", "7", "7"], ["d\\xffave", "7", "7"], ["m\\xffallory", "7", "7"]]
+    summary = (out / "summary.md").read_bytes().decode("utf-8")
+    assert "| alice/notes\\xff.txt | not a notebook" in summary and "| m\\xffallory | 7 |" in summary
+    suites = {s.get("name") for s in ET.parse(out / "junit.xml").getroot().iter("testsuite")}
+    assert suites == {"alice/fx_grading.ipynb", "d\\xffave-fx_grading.ipynb", "m\\xffallory/fx_grading.ipynb"}
+    assert (out / "executed" / os.fsdecode(b"m\xffallory/fx_grading.ipynb")).is_file()  # named as handed in
+
+
+def test_every_report_writer_takes_any_name():
+    """The writers themselves (not only the run) take a name with undecodable bytes (os.fsdecode's
+    surrogates) anywhere: notebook, student, skipped entry, reason, note, message."""
+    from course_lib.grading.classroom import Skipped
+    from course_lib.grading.reports import grades_json, junit_xml, summary_markdown, table
+
+    bad = os.fsdecode(b"m\xffallory")
+    g = _grade(bad, f"{bad}/01_flops.ipynb", "ch01_flops", 3)
+    g.notes.append(f"note on {bad}")
+    g.rows.append(Row("q2", 1, 0, f"its cell raised OSError: {bad}"))
+    skipped = [Skipped(f"{bad}/notes.txt", classroom.ANOTHER.format(student=bad, chapter="c", graded=bad))]
+    texts = [table([g], 60, skipped), summary_markdown([g], 60, skipped), gradebook_csv([g]),
+             grades_json([g], 60, skipped, seed=1), junit_xml([g]).decode("utf-8")]
+    for text in texts:
+        text.encode("utf-8")                     # strict: no surrogate is left
+        assert "m\\xffallory" in text.replace("\\\\", "\\") and "\\udc" not in text
+    assert json.loads(texts[3])["skipped"][0]["entry"] == "m\\xffallory/notes.txt"

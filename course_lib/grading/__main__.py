@@ -115,17 +115,18 @@ def main(argv: list[str] | None = None) -> int:
 
     _trusted_sys_path(a.dir)
     from course_lib.grading.runner import Options, grade_dir
+    from course_lib.grading.values import shown
 
     if a.timeout_cell <= 0 or a.timeout_notebook <= 0:
         p.error("timeouts must be positive")
     if not a.dir.is_dir():
-        p.error(f"not a folder: {a.dir}")
+        p.error(f"not a folder: {shown(a.dir)}")
     if a.jobs < 0:
         p.error("--jobs must be a positive number of workers (or 0: one per core)")
     if a.bank and not a.chapter:
         p.error("--bank needs --chapter")
     if a.solutions is not None and not a.solutions.is_dir():
-        p.error(f"--solutions: not a folder: {a.solutions}")
+        p.error(f"--solutions: not a folder: {shown(a.solutions)}")
     import secrets
 
     seed = a.seed if a.seed is not None else secrets.randbits(31)

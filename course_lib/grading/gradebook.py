@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from course_lib.grading.grades import NotebookGrade
 from course_lib.grading.values import printable as _printable
+from course_lib.grading.values import shown as _shown
 
 
 @dataclass
@@ -74,10 +75,10 @@ def number(x: float) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with control (and other non-printable) characters escaped (``values.printable``,
-    never cut): a file name shown on a terminal or in a report cannot move the cursor or start a
-    heading."""
-    return _printable(text, limit=len(str(text)) * 6 + 3)
+    """``text`` with control (and other non-printable) characters and a file name's undecodable
+    bytes escaped (``values.printable``, never cut): a file name shown on a terminal or in a report
+    cannot move the cursor, start a heading or stop the report from being written."""
+    return _printable(text, limit=None)
 
 
 def safe_id(text: str) -> str:
@@ -95,7 +96,7 @@ def gradebook_csv(grades: list[NotebookGrade]) -> str:
     for s in totals:
         w.writerow([safe_id(s.student), *(number(s.scores[c]) if c in s.scores else "" for c in cols),
                     number(s.total)])
-    return buf.getvalue()
+    return _shown(buf.getvalue())
 
 
 def students_table(grades: list[NotebookGrade]) -> list[str]:

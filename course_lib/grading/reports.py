@@ -12,7 +12,7 @@ from pathlib import Path
 from course_lib.grading import gradebook
 from course_lib.grading.classroom import Skipped
 from course_lib.grading.grades import NotebookGrade
-from course_lib.grading.values import fmt_points
+from course_lib.grading.values import fmt_points, shown
 
 
 def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = ()) -> str:
@@ -32,10 +32,10 @@ def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] 
     lines += ["", "per student:", *gradebook.students_table(grades)]
     if skipped:
         lines += ["", f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} of the class folder:"]
-        lines += [f"  {gradebook.printable(s.entry)}: {s.reason}" for s in skipped]
+        lines += [f"  {gradebook.printable(s.entry)}: {gradebook.printable(s.reason)}" for s in skipped]
     n_fail = sum(g.percent < pass_mark for g in grades)
     lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
-    return "\n".join(lines)
+    return shown("\n".join(lines))
 
 
 def _md(text: str) -> str:
@@ -55,14 +55,14 @@ def summary_markdown(grades: list[NotebookGrade], pass_mark: float, skipped: lis
     lines += ["", "## Students", "", *gradebook.students_markdown(grades, _md)]
     if skipped:
         lines += ["", "## Skipped", "", "| entry | reason |", "|---|---|"]
-        lines += [f"| {_md(gradebook.printable(s.entry))} | {_md(s.reason)} |" for s in skipped]
+        lines += [f"| {_md(gradebook.printable(s.entry))} | {_md(gradebook.printable(s.reason))} |" for s in skipped]
     lines += ["", "## Questions"]
     lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
     for g in grades:
         for r in g.rows:
             lines.append(f"| {_md(g.name)} | {_md(r.qid)} | {fmt_points(r.points)} | {fmt_points(r.score)} "
                          f"| {_md(r.message)} |")
-    return "\n".join(lines) + "\n"
+    return shown("\n".join(lines) + "\n")
 
 
 def junit_xml(grades: list[NotebookGrade]) -> bytes:
@@ -72,17 +72,17 @@ def junit_xml(grades: list[NotebookGrade]) -> bytes:
     for g in grades:
         fails = sum(r.score < r.points for r in g.rows)
         total_tests, total_fail = total_tests + len(g.rows), total_fail + fails
-        s = ET.SubElement(suites, "testsuite", name=g.name, tests=str(len(g.rows)), failures=str(fails),
+        s = ET.SubElement(suites, "testsuite", name=shown(g.name), tests=str(len(g.rows)), failures=str(fails),
                           errors="0", skipped="0", time=f"{g.seconds:.3f}")
         props = ET.SubElement(s, "properties")
         for k, v in (("chapter", g.chapter), ("score", fmt_points(g.score)),
                      ("points", fmt_points(g.points)), ("percent", f"{g.percent:.1f}")):
-            ET.SubElement(props, "property", name=k, value=v)
-        stem = g.name.removesuffix(".ipynb")   # alice/01_flops: two students' 01_flops stay apart
+            ET.SubElement(props, "property", name=k, value=shown(v))
+        stem = shown(g.name).removesuffix(".ipynb")   # alice/01_flops: two students' 01_flops stay apart
         for r in g.rows:
-            tc = ET.SubElement(s, "testcase", classname=f"{stem}.{g.chapter}", name=r.qid, time="0")
+            tc = ET.SubElement(s, "testcase", classname=f"{stem}.{shown(g.chapter)}", name=shown(r.qid), time="0")
             if r.score < r.points:
-                text = f"{fmt_points(r.score)}/{fmt_points(r.points)} points: {r.message}"
+                text = shown(f"{fmt_points(r.score)}/{fmt_points(r.points)} points: {r.message}")
                 ET.SubElement(tc, "failure", message=text, type="score").text = text
     suites.set("tests", str(total_tests))
     suites.set("failures", str(total_fail))
@@ -90,14 +90,27 @@ def junit_xml(grades: list[NotebookGrade]) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
+def _safe(data: object) -> object:
+    """``data`` with every string (keys too) :func:`~course_lib.grading.values.shown`: a file name
+    that is not UTF-8 (``notes\\xff.txt``) is written as its escape, never a crash of the report."""
+    if isinstance(data, str):
+        return shown(data)
+    if isinstance(data, dict):
+        return {_safe(k): _safe(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_safe(v) for v in data]
+    return data
+
+
 def grades_json(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = (), **run: object) -> str:
-    """Strict JSON (``allow_nan=False``): a NaN anywhere is a bug that fails loudly here."""
+    """Strict JSON (``allow_nan=False``): a NaN anywhere is a bug that fails loudly here. Names are
+    written as they are, but for the bytes of a file name that are not UTF-8 (escaped ``\\xNN``)."""
     data = [{"notebook": g.name, "student": g.student or g.name, "chapter": g.chapter, "score": g.score, "points": g.points,
              "percent": round(g.percent, 1), "passed": g.percent >= pass_mark, "notes": g.notes,
              "questions": [{"qid": r.qid, "points": r.points, "score": r.score, "message": r.message}
                            for r in g.rows]} for g in grades]
-    return json.dumps({"pass_mark": pass_mark, "notebooks": data, "students": gradebook.students_json(grades),
-                       "skipped": [{"entry": s.entry, "reason": s.reason} for s in skipped], **run},
+    return json.dumps(_safe({"pass_mark": pass_mark, "notebooks": data, "students": gradebook.students_json(grades),
+                             "skipped": [{"entry": s.entry, "reason": s.reason} for s in skipped], **run}),
                       indent=1, sort_keys=True,
                       ensure_ascii=False, allow_nan=False) + "\n"
 

@@ -242,20 +242,20 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
     opts = opts or Options()
     directory, outdir = Path(directory).resolve(), Path(outdir).resolve()
     if not directory.is_dir():
-        print(f"error: not a folder: {directory}", file=sys.stderr)
+        print(f"error: not a folder: {printable(directory, None)}", file=sys.stderr)
         return 2
     subs, skipped = discover(directory, lambda name: opts.chapter or chapter_for(name))
     for s in skipped:
-        print(f"skipped {printable(s.entry)}: {s.reason}", file=sys.stderr)
+        print(f"skipped {printable(s.entry, None)}: {printable(s.reason, None)}", file=sys.stderr)
     if not subs:
-        print(f"no notebooks (*.ipynb) in {directory} or its student folders", file=sys.stderr)
+        print(f"no notebooks (*.ipynb) in {printable(directory, None)} or its student folders", file=sys.stderr)
         return 2
     try:
         sandbox.bwrap_path()
         if opts.chapter or opts.bank:
             load_bank(opts.chapter or "custom", opts.bank)
     except (sandbox.SandboxUnavailable, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e, None)}", file=sys.stderr)
         return 2
     if outdir == directory or directory in outdir.parents:
         print("error: --out must not be inside the submissions folder", file=sys.stderr)
@@ -264,7 +264,7 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
         with tempfile.TemporaryDirectory(prefix="course-grade-check-") as tmp:
             sandbox.preflight(Path(tmp))
     except (sandbox.SandboxFailure, OSError) as e:
-        print(f"error: cannot grade on this machine: {e}", file=sys.stderr)
+        print(f"error: cannot grade on this machine: {printable(e, None)}", file=sys.stderr)
         return 3
     outdir.mkdir(parents=True, exist_ok=True)
     jobs = opts.jobs or default_jobs()

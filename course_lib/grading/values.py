@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from numbers import Real
 from typing import Any
 
@@ -214,20 +215,38 @@ def compare(ans: Any, exp: Any, rtol: float, atol: float, unit: str | None = "",
         return at(msg("cannot compare {got}: {error}", got=describe(ans), error=f"{type(e).__name__}: {e}"))
 
 
-def printable(text: Any, limit: int = 300) -> str:
-    """``text`` as one line safe for every report: control characters (C0, DEL, C1, and the
-    Unicode line/paragraph separators and bidi overrides a terminal or Markdown would act on)
-    shown as ``\\xNN``/``\\uNNNN`` escapes, cut to ``limit`` characters. Pure: reports call it on
-    file names and messages that came from a submission."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(m: re.Match) -> str:
+    o = ord(m.group())
+    return f"\\x{o - 0xDC00:02x}" if 0xDC80 <= o <= 0xDCFF else f"\\u{o:04x}"
+
+
+def shown(text: Any) -> str:
+    """``text`` with every lone surrogate escaped, so that any report can encode it as UTF-8: a byte
+    of a file name that is not UTF-8 (``os.fsdecode`` keeps it as U+DC80..U+DCFF) as the ``\\xNN``
+    it was (``notes\\xff.txt``), any other surrogate as ``\\uNNNN``. Nothing else changes, so a
+    name that is valid UTF-8 is shown as it is."""
+    text = str(text)
+    return _SURROGATE.sub(_escape_surrogate, text) if not text.isascii() else text
+
+
+def printable(text: Any, limit: int | None = 300) -> str:
+    """``text`` as one line safe for every report: undecodable bytes of a file name shown as
+    ``\\xNN`` (:func:`shown`), control characters (C0, DEL, C1, and the Unicode line/paragraph
+    separators and bidi overrides a terminal or Markdown would act on) as ``\\xNN``/``\\uNNNN``
+    escapes, cut to ``limit`` characters (None: never cut). Pure: reports call it on file names and
+    messages that came from a submission."""
     import unicodedata
 
     out = []
-    for ch in " ".join(str(text).split(" ")):
+    for ch in " ".join(shown(text).split(" ")):
         if ch in "\t\n\r":
             out.append(" ")
-        elif unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):  # Cf: bidi, zero-width
+        elif unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Zl", "Zp"):  # Cf: bidi, zero-width
             out.append(f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     s = " ".join("".join(out).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    return s if limit is None or len(s) <= limit else s[: limit - 3] + "..."
