@@ -69,7 +69,9 @@ def check_published(runs: tuple[Run, ...] = RUNS, tolerance: float = TOLERANCE) 
     layout (``own_mfu``); ``basis`` says which. Where the published total is elapsed time
     (``Run.elapsed``), the prediction is divided by chapter 12's goodput of the plan (``goodput``),
     since failures and restarts are inside such a total. The row is a ``test`` of the step model
-    when the run published a total (GPU-hours or days) for the planner to predict; ``own_reason``
+    when the run published a total (GPU-hours or days) for the planner to predict and the model times
+    the run as it ran; a run it does not (``Run.not_a_test``, e.g. an FP8 run timed at BF16) keeps its
+    ``own_ratio`` for reading but carries that ``status`` and no ``own_within``; ``own_reason``
     explains a test outside ±``tolerance``. ``identity`` says why, given the run's own MFU, the
     ratio restates the run's arithmetic (then only the own-MFU column tests anything; 6ND rows
     test nothing)."""
@@ -129,8 +131,10 @@ def _row(r: Run, tolerance: float) -> dict:
         raise ValueError(f"published ({r.published!r}) is too small: the planner's figure over it overflows a float")
     row["within"] = None if row["ratio"] is None else abs(row["ratio"] - 1) <= tolerance
     row["reason"] = "" if row["within"] in (True, None) else r.miss
-    row["test"] = r.published is not None and row["own_planned"] is not None
-    row["own_ratio"] = row["own_planned"] / r.published if row["test"] else None
+    row["status"] = r.not_a_test
+    row["test"] = r.published is not None and row["own_planned"] is not None and not r.not_a_test
+    shown = row["test"] or (r.not_a_test and r.published is not None and row["own_planned"] is not None)
+    row["own_ratio"] = row["own_planned"] / r.published if shown else None
     row["own_within"] = None if not row["test"] else abs(row["own_ratio"] - 1) <= tolerance
     row["own_reason"] = r.miss if row["own_within"] is False else ""
     return row
@@ -138,9 +142,12 @@ def _row(r: Run, tolerance: float) -> dict:
 
 def summary(rows: list[dict]) -> dict:
     """What the table tests: the rows whose published total the planner predicts from its own MFU
-    (``tests``), how many of them land within the tolerance (``within``), and the rows that only
-    restate an identity given the published MFU (``identities``), which count for nothing."""
+    (``tests``), how many of them land within the tolerance (``within``, named in ``names_within``),
+    the rows that only restate an identity given the published MFU (``identities``), and the rows
+    with a published total that are not a test until the model times them as they ran
+    (``not_tests``: name and status, e.g. an FP8 run timed at BF16). Neither of the last two counts."""
     tests = [r for r in rows if r["test"]]
     return {"tests": len(tests), "within": sum(bool(r["own_within"]) for r in tests),
             "names_within": [r["name"] for r in tests if r["own_within"]],
-            "identities": [r["name"] for r in rows if r["identity"]]}
+            "identities": [r["name"] for r in rows if r["identity"]],
+            "not_tests": {r["name"]: r["status"] for r in rows if r.get("status")}}
