@@ -11,7 +11,8 @@ from course_lib import comm as C
 from course_lib.dist import launch
 from course_lib.expert import ep_runs as R
 from course_lib.expert import labs as L
-from course_lib.moe import expert_capacity
+from course_lib.expert.ep import ExpertParallelMoE, expert_parallel
+from course_lib.moe import MoE, expert_capacity
 
 EPS = torch.finfo(torch.float32).eps
 CFG = R.TINY
@@ -26,13 +27,24 @@ TRAIN = {
         dict(n_experts=8, top_k=1, capacity_factor=1.0), dict(n_experts=8, top_k=2, capacity_factor=None),
         dict(ep=2, n_experts=2, top_k=1, capacity_factor=1.0), dict(ep=2, n_experts=4, top_k=2, capacity_factor=None)],
 }
+# group="batch" with a capacity or expert choice: every token of the global batch competes for the
+# slots; routed over the data-parallel group ("dp") EP must equal one process, routed per rank
+# ("local", what GShard and Switch do per device) it must not (issue #43 item 18)
+BATCH_ROUTED = {
+    2: [dict(group="batch", routing="dp", n_experts=4, top_k=2, capacity_factor=1.0),
+        dict(group="batch", routing="dp", router="expert", n_experts=4, top_k=1, capacity_factor=1.0),
+        dict(group="batch", routing="local", n_experts=4, top_k=1, capacity_factor=1.0),
+        dict(group="batch", routing="local", router="expert", n_experts=4, top_k=1, capacity_factor=1.0)],
+    4: [dict(ep=2, group="batch", routing="dp", n_experts=4, top_k=1, capacity_factor=1.0),
+        dict(ep=2, group="batch", routing="dp", router="expert", n_experts=2, top_k=1, capacity_factor=1.0)],
+}
 BYTES = [dict(n_experts=4, top_k=k, capacity_factor=cf) for k in (1, 2) for cf in (None, 1.0)]
 
 
 @pytest.fixture(scope="module", params=[2, 4])
 def runs(request):
     w = request.param
-    cases = ([dict(check="train", **c) for c in TRAIN[w]] + [dict(check="bytes", **c) for c in BYTES]
+    cases = ([dict(check="train", **c) for c in TRAIN[w] + BATCH_ROUTED[w]] + [dict(check="bytes", **c) for c in BYTES]
              + [dict(check="ulysses", heads=4, seq_len=32)])
     res = launch(L.ep_cases_worker, w, threads_per_rank=1, timeout=300, cases=cases)
     return w, cases, [list(r) for r in zip(*res)]       # per case: every rank's result
@@ -54,6 +66,8 @@ def test_ep_training_equals_one_process(runs):
     off by the gradient bound, plus one rounding per step of the largest parameter."""
     w = runs[0]
     for case, ranks in _picked(runs, "train"):
+        if case.get("routing") == "local":
+            continue
         for r in ranks:
             n = r["tokens"]
             where = (w, case, r)
@@ -66,6 +80,27 @@ def test_ep_training_equals_one_process(runs):
             assert ranks[0]["dropped"] > 0, (case, "the capacity case must drop tokens")
 
 
+def test_per_rank_routing_is_opt_in_and_differs_from_one_process(runs):
+    """Routing each rank's tokens alone when the rule routes the whole batch (``routing_group=
+    "local"``) gives other gradients than one process, over 100 times the rounding bound the exact
+    path meets (the issue measured 62-116 % off on the first step): the layer must not do it unasked, so the default refuses, naming
+    the combination and both ways out, before any collective."""
+    for case, ranks in _picked(runs, "train"):
+        if case.get("routing") == "local":
+            r = max(ranks, key=lambda r: r["grad_gap"])
+            bound = r["tokens"] * EPS * r["grad_scale"]            # the exact path's rounding bound
+            assert r["grad_gap"] > 100 * bound, (case, r["grad_gap"], bound)
+    for kw, rule in [(dict(capacity_factor=1.0), "group='batch' with capacity_factor=1.0"),
+                     (dict(router="expert"), "router='expert' with group='batch'")]:
+        moe = MoE(8, 16, 4, group="batch", **kw)
+        with pytest.raises(ValueError, match=rule) as err:
+            ExpertParallelMoE(moe, None)
+        assert "routing_group=<the data-parallel group>" in str(err.value)
+        assert "routing_group='local'" in str(err.value)
+    with pytest.raises(ValueError, match="routing_group"):
+        ExpertParallelMoE(MoE(8, 16, 4), None, routing_group="global")
+
+
 def test_every_all_to_all_counted_equals_the_formula(runs):
     """Capacity buffers: the first step's counted dispatch + combine bytes (forward and backward,
     both layers) equal ep_bytes_per_layer exactly, whatever the routing. Dropless with a balanced
@@ -73,8 +108,8 @@ def test_every_all_to_all_counted_equals_the_formula(runs):
     w = runs[0]
     for case, ranks in _picked(runs, "train"):
         ep = case.get("ep", w)
-        if case["capacity_factor"] is None:
-            continue
+        if case["capacity_factor"] is None or case.get("routing") == "dp" or case.get("router") == "expert":
+            continue         # routed over the global batch, the kept pairs travel dropless
         assert (16 * case["top_k"] * case["capacity_factor"] / case["n_experts"]).is_integer()
         want = CFG.n_layers * C.ep_bytes_per_layer(BATCH * CFG.seq_len, CFG.d_model, case["top_k"], ep,
                                                    case["capacity_factor"], bytes_per_value=4)
@@ -136,7 +171,6 @@ def test_ep_bytes_calculator():
 
 
 def test_ep_layer_rejects_bad_inputs():
-    from course_lib.expert.ep import ExpertParallelMoE, expert_parallel
     with pytest.raises(ValueError, match="MoE"):
         ExpertParallelMoE(torch.nn.Linear(2, 2), None)
     with pytest.raises(ValueError, match="no course_lib.moe.MoE"):
@@ -176,3 +210,4 @@ def test_dispatch_grader_names_the_mistakes():
     by_rank = lambda ids, e, ep: ((ids // (e // ep)).argsort(stable=True), reference_dispatch(ids, e, ep)[1])  # noqa: E731
     score, msg = _grade_dispatch(by_rank, draw)
     assert score < 1 and "not by expert within it" in msg
+

@@ -16,6 +16,22 @@ Two buffer layouts:
 * **dropless** (no capacity, as MegaBlocks, arXiv 2211.15841): exactly the kept pairs travel; the
   ranks first exchange how many rows each expert gets (a tiny ``all_to_all_splits``).
 
+**Routing groups.** Each rank routes its own tokens. When a token's experts depend on that token
+alone (token choice without capacity, DeepSeek-V3's dropless top-k, or any rule per sequence:
+``group="sequence"``, the default) this is exactly what one process on the global batch decides. A
+capacity or expert choice over ``group="batch"`` is different: there every token of the batch
+competes for the slots, and on one rank only this rank's tokens are there. Real systems route per
+device: GShard splits a batch into groups, one a device, and applies the capacity within each
+(arXiv 2006.16668 §2.2, "local group dispatching"), and Switch's capacity (arXiv 2101.03961 §2.2,
+eq. 3) is likewise the slots for the tokens a device routes, so a token's fate depends on which
+device its neighbours sit on; DeepSeek-V3 drops no token (arXiv 2412.19437 §2.1.2, "No
+Token-Dropping"), so for it the question does not arise. The layer makes the choice explicit
+(``routing_group``): by default it refuses such a rule, ``routing_group=<the data-parallel group>``
+all-gathers the router logits and routes the global batch exactly as one process would (the kept
+pairs then travel in the dropless layout: a padded buffer would need the global capacity on every
+rank), and ``routing_group="local"`` routes each rank's tokens alone, as GShard and Switch do, which
+trains differently from one process.
+
 Nothing is global: the layer is given the :class:`~course_lib.parallel.counting.CountingComm` of its
 expert-parallel group (or a plain ProcessGroup). :func:`expert_parallel` turns every ``MoE`` of a
 model into this layer; :func:`ep_groups` carves EP groups out of the data-parallel ranks and
@@ -36,7 +52,7 @@ from ..parallel.counting import CountingComm, as_comm
 from .._validate import positive_int
 
 __all__ = ["AllToAll", "all_to_all", "ExpertParallelMoE", "expert_parallel", "ep_groups",
-           "reduce_gradients"]
+           "reduce_gradients", "batch_dependent"]
 
 
 class AllToAll(torch.autograd.Function):
@@ -64,22 +80,56 @@ def all_to_all(x: torch.Tensor, comm: CountingComm, output_splits: list[int],
     return AllToAll.apply(x, comm, output_splits, input_splits)
 
 
+def batch_dependent(moe: MoE) -> str | None:
+    """How ``moe``'s routing makes a token's experts depend on the other tokens of the batch (a
+    description naming its arguments), or None when each sequence routes alone. A callable router
+    is the caller's to judge: None."""
+    if moe.group != "batch" or callable(moe.router_kind):
+        return None
+    if moe.router_kind == "expert":
+        return f"router='expert' with group='batch' (capacity_factor={moe.capacity_factor!r})"
+    if moe.capacity_factor is not None:
+        return f"group='batch' with capacity_factor={moe.capacity_factor!r}"
+    return None
+
+
 class ExpertParallelMoE(nn.Module):
-    """The expert-parallel twin of a :class:`course_lib.moe.MoE` (same routing rule, same output).
+    """The expert-parallel twin of a :class:`course_lib.moe.MoE`: the same routing rule and, when
+    every rank routes what one process would (see ``routing_group``), the same output.
 
     Built from ``moe`` (its parameters are copied): this rank keeps the router, the shared expert
     if any, and experts ``[r·E/ep, (r+1)·E/ep)`` where r is its rank in ``comm``'s group. Expert
     parameters carry ``p.expert = True`` (their gradients are reduced over the expert-data-parallel
     group, not over DP). ``forward(x) -> y`` with x, y (B, S, D) this rank's tokens; ``aux_loss``,
     ``routing`` and ``stats`` describe the call as in ``MoE`` (over this rank's tokens).
+
+    ``routing_group`` matters when the rule routes the whole batch together (a capacity or expert
+    choice with ``group="batch"``, see the module docstring): ``None`` refuses it (ValueError);
+    a ProcessGroup or CountingComm over the ranks whose batches make one process's batch (the
+    data-parallel group; the batch is theirs concatenated in its rank order) routes that global
+    batch, exactly; ``"local"`` routes this rank's tokens alone, per-device routing as GShard and
+    Switch do, which differs from one process. A callable router is given the global batch's logits
+    only with a routing group; otherwise it sees this rank's.
     """
 
     route = MoE.route      # the routing rule reads only the attributes copied below
 
-    def __init__(self, moe: MoE, comm) -> None:
+    def __init__(self, moe: MoE, comm, *, routing_group=None) -> None:
         super().__init__()
         if not isinstance(moe, MoE):
             raise ValueError(f"moe must be a course_lib.moe.MoE, got {type(moe).__name__}")
+        if isinstance(routing_group, str) and routing_group != "local":
+            raise ValueError(f"routing_group must be None, 'local' or a process group, got {routing_group!r}")
+        rule = batch_dependent(moe)
+        if rule is not None and routing_group is None:
+            raise ValueError(
+                f"{rule} routes every token of the batch together, and an expert-parallel rank holds only "
+                f"its own tokens: routed alone they train differently from one process. Pass "
+                f"routing_group=<the data-parallel group> to route the global batch exactly (the router "
+                f"logits are all-gathered), or routing_group='local' for per-rank routing groups, as "
+                f"GShard and Switch route per device")
+        gather = routing_group not in (None, "local") and (rule is not None or callable(moe.router_kind))
+        self.routing_comm = as_comm(routing_group) if gather else None
         self.comm = as_comm(comm)
         self.ep, self.rank = self.comm.world_size, self.comm.rank
         self.n_experts, self.top_k, self.d_model = moe.n_experts, moe.top_k, moe.d_model
@@ -104,14 +154,35 @@ class ExpertParallelMoE(nn.Module):
 
     def _experts(self, rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
         """Local expert l runs on the next ``counts[l]`` rows of ``rows`` (grouped by expert)."""
-        parts = [F.gelu(chunk @ self.up[l]) @ self.down[l] for l, chunk in enumerate(rows.split(counts))]
+        parts = [F.gelu(chunk @ self.up[i]) @ self.down[i] for i, chunk in enumerate(rows.split(counts))]
         return torch.cat(parts) if parts else rows
+
+    def _route(self, logits: torch.Tensor) -> Routing:
+        """The routing rule on this rank's logits, or on the routing group's batch (the others'
+        logits gathered, detached; this rank's own carry the gradient) cut to this rank's rows."""
+        c = self.routing_comm
+        if c is None:
+            return self.route(logits)
+        shape = torch.tensor(logits.shape)
+        shapes = torch.zeros(c.world_size * 3, dtype=shape.dtype)
+        c.all_gather(shapes, shape)
+        shapes = [tuple(t.tolist()) for t in shapes.view(-1, 3)]
+        if len(set(shapes)) > 1:
+            raise ValueError(f"routing the global batch needs one (batch, seq_len, n_experts) shape on every "
+                             f"rank of routing_group, got router logits of shapes {shapes} (rank order)")
+        every = logits.new_empty(c.world_size * logits.numel())
+        c.all_gather(every, logits.detach().reshape(-1).contiguous())
+        parts = list(every.view(c.world_size, *logits.shape))
+        parts[c.rank] = logits
+        r = self.route(torch.cat(parts))
+        rows = slice(c.rank * logits.size(0), (c.rank + 1) * logits.size(0))
+        return Routing(r.kept[rows], r.combine[rows], r.assigned[rows], r.capacity)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, D = x.shape
-        E, L, ep = self.n_experts, self.local, self.ep
+        E = self.n_experts
         logits = self.router(x)
-        r = self.route(logits)
+        r = self._route(logits)
         self.aux_loss = switch_aux_loss(logits, r.assigned)
         self.routing = Routing(r.kept, r.combine.detach(), r.assigned, r.capacity)
         flat = x.reshape(-1, D)
@@ -120,7 +191,7 @@ class ExpertParallelMoE(nn.Module):
         tok, exp = kept.nonzero(as_tuple=True)
         order = exp.argsort(stable=True)                  # by expert, then token: the reference's order
         tok, exp = tok[order], exp[order]
-        if r.capacity is None:
+        if r.capacity is None or self.routing_comm is not None:
             back = self._dropless(flat, tok, exp)
         else:
             back = self._padded(flat, tok, exp, kept, r.capacity, S if self.group == "sequence" else B * S)
@@ -163,16 +234,19 @@ class ExpertParallelMoE(nn.Module):
         return all_to_all(out, self.comm, split, split)[row]
 
 
-def expert_parallel(model: nn.Module, comm) -> nn.Module:
+def expert_parallel(model: nn.Module, comm, *, routing_group=None) -> nn.Module:
     """Replace, in place, every :class:`course_lib.moe.MoE` of ``model`` by its
-    :class:`ExpertParallelMoE` over ``comm`` (the expert-parallel group); returns ``model``."""
+    :class:`ExpertParallelMoE` over ``comm`` (the expert-parallel group) and ``routing_group`` (see
+    there: None refuses a rule that routes the whole batch together); returns ``model``."""
     targets = [(parent, name, child) for parent in model.modules()
                for name, child in parent.named_children() if isinstance(child, MoE)]
     if not targets:
         raise ValueError("model has no course_lib.moe.MoE layer to make expert-parallel")
     comm = as_comm(comm)
+    if routing_group is not None and not isinstance(routing_group, str):
+        routing_group = as_comm(routing_group)          # one comm shared by every layer
     for parent, name, child in targets:
-        setattr(parent, name, ExpertParallelMoE(child, comm))
+        setattr(parent, name, ExpertParallelMoE(child, comm, routing_group=routing_group))
     return model
 
 

@@ -92,13 +92,17 @@ def _gaps(ep_model, ref, grads: bool) -> float:
 
 def ep_equivalence_worker(ctx, *, ep: int | None = None, n_experts: int = 4, top_k: int = 1,
                           capacity_factor: float | None = None, steps: int = 3, batch: int = 2,
-                          cfg: GPTConfig = TINY, seed: int = 0) -> dict:
+                          cfg: GPTConfig = TINY, seed: int = 0, group: str = "sequence", router: str = "token",
+                          routing: str | None = None) -> dict:
     """Train an expert-parallel MoE GPT (EP groups of ``ep`` ranks carved from ``ctx.group``'s
     data-parallel ranks, default all of them) and the single-process MoE GPT on the global batch.
 
     Each rank feeds its own ``batch`` sequences; the reference sees all world·batch of them.
-    Routing is per sequence (``group="sequence"``), so a token's experts do not depend on which
-    rank holds its neighbours. SGD with momentum (Adam's division by √v would amplify rounding of
+    Routing is per sequence by default (``group="sequence"``), so a token's experts do not depend
+    on which rank holds its neighbours; with ``group="batch"`` and a capacity (or ``router=
+    "expert"``) they do, and ``routing`` is the layer's ``routing_group``: ``"dp"`` (the
+    data-parallel group: the global batch, as one process), ``"local"`` (each rank's tokens alone)
+    or None (the layer refuses). SGD with momentum (Adam's division by √v would amplify rounding of
     near-zero gradients). Returns the largest loss gap over steps, the gradient gap after the first
     backward, the parameter gap after ``steps`` steps, how far the reference moved, the largest
     reference gradient and parameter (to scale rounding bounds), the reference's drop fraction
@@ -106,11 +110,11 @@ def ep_equivalence_worker(ctx, *, ep: int | None = None, n_experts: int = 4, top
     w, r = ctx.world_size, ctx.rank
     ep = ep or w
     ep_group, edp_group = ep_groups(w, ep, r)
-    kw = {"top_k": top_k, "capacity_factor": capacity_factor, "group": "sequence", "router": "token"}
+    kw = {"top_k": top_k, "capacity_factor": capacity_factor, "group": group, "router": router}
     ref = moe_gpt(cfg, n_experts, seed=seed, **kw)
     start = {k: p.detach().clone() for k, p in ref.named_parameters()}
     comm = CountingComm(ep_group)
-    model = expert_parallel(copy.deepcopy(ref), comm)
+    model = expert_parallel(copy.deepcopy(ref), comm, routing_group=ctx.group if routing == "dp" else routing)
     dp, edp = CountingComm(ctx.group), CountingComm(edp_group)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
