@@ -49,6 +49,7 @@ def _plan_data() -> dict:
         "pow2": list(layout_grid._POW2),
         "interleave": list(layout_grid._INTERLEAVES),
         "max_layers": layout_grid._MAX_LAYERS,
+        "min_cp_tokens": layout_grid.MIN_CP_TOKENS,
         "zero_passes": {str(k): list(v) for k, v in comm._PASSES.items()},
         "head_dim": planner._HEAD_DIM,
         "writer_bandwidth": planner._WRITER_BW,

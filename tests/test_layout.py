@@ -240,3 +240,20 @@ def test_zero_bubble_h1_is_timed_as_chapter_5s_simulator_replays_it():
         L.estimate(1, 1, 16, 128, v=2, schedule="zb-h1", **shape)
     with pytest.raises(ValueError, match="schedule"):
         L.estimate(1, 1, 16, 128, schedule="zb-v", **shape)
+
+
+def test_context_parallelism_leaves_each_rank_the_shortest_chunk_a_published_run_used():
+    """Issue #43 item 7: at s = 2048 the search gave multi-head models CP 2 to 128 (16 tokens a rank),
+    and chapter 13 showed MegaScale 175B and OPT-175B at CP 4 and 2. One rule of ``_rule_broken``, so
+    the search and ``estimate`` agree: CP leaves each rank MIN_CP_TOKENS tokens, NeMo's Llama 3 70B
+    recipe's 4,096 (CP 2 at 8K); Llama 3 405B's 128K layout (CP 16, 8,192 a rank) still holds."""
+    gpt3 = dict(n_params=175e9, n_layers=96, d_model=12288, n_heads=96, seq_len=2048,
+                global_batch_tokens=1536 * 2048)
+    assert {x.cp for x in L.plan_layouts(**gpt3, n_gpus=1024)} == {1}
+    with pytest.raises(ValueError, match=r"cp=4.*at least 4096 tokens .* got 2048 / 4 = 512"):
+        L.estimate(2, 4, 16, 8, **gpt3)
+    l8 = L.llama3_405b(8192)
+    assert {x.cp for x in L.plan_layouts(**l8)} <= {1, 2} and L.MIN_CP_TOKENS == 8192 // 2
+    shape = {k: v for k, v in L.llama3_405b(131072).items() if k != "n_gpus"}
+    assert L.estimate(8, 16, 16, 8, v=8, zero=2, trim_first_last=True, **shape).cp == 16
+    assert max(x.cp for x in L.plan_layouts(**L.llama3_405b(131072))) <= 131072 // L.MIN_CP_TOKENS

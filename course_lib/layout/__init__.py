@@ -33,7 +33,8 @@ across nodes each GPU gets its share of the node's NICs per group member in the 
 leaves a node. A layout is refused when the batch is too small for it: DP·m·b·s ≤ B tokens with
 m ≥ 1 microbatch per pipeline (chapter 4's floor: PP does not lift it, CP and TP do). Fewer
 microbatches than stages are allowed and pay their bubble, (PP−1)/(v·m) of the busy time, as
-Llama 3 ran at its batch limit (arXiv 2407.21783 §3.3.2).
+Llama 3 ran at its batch limit (arXiv 2407.21783 §3.3.2). CP leaves each rank at least
+``MIN_CP_TOKENS`` tokens of the sequence, the shortest chunk a published configuration ran.
 
 Where each part lives (no two of them import each other; this file only gathers the names):
 
@@ -55,13 +56,14 @@ from ..network import DGX_H100_NDR, Network
 from . import moe, stepmodel
 from .evaluate import _evaluate, _in_node  # noqa: F401 (read by course_lib.checks and tests/test_diagrams.py)
 from .explanation import explain, gb
-from .job import GMLAKE_A100_FRAGMENTATION_BYTES, USABLE_FRACTION, ZB_H1_BUBBLE_SHARE, Layout, _job  # noqa: F401
+from .job import (GMLAKE_A100_FRAGMENTATION_BYTES, MIN_CP_TOKENS, USABLE_FRACTION, ZB_H1_BUBBLE_SHARE,  # noqa: F401
+                  Layout, _job)
 from .moe import DEEPSEEK_V2, DEEPSEEK_V3, MoE
 from .published import LLAMA3_TABLE4_MFU, MEGATRON_2021, llama3_405b, megatron_1t, mfu_counting_attention
 from .search import estimate, layout, plan_layouts
 from .widget import layout_calculator, layout_widget, render_layout
 
 __all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021",
-           "USABLE_FRACTION", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES", "gb",
+           "USABLE_FRACTION", "MIN_CP_TOKENS", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES", "gb",
            "mfu_counting_attention", "LLAMA3_TABLE4_MFU", "layout_calculator", "render_layout", "layout_widget",
            "MoE", "DEEPSEEK_V3", "DEEPSEEK_V2", "DGX_H100_NDR", "Network", "moe", "stepmodel"]

@@ -11,7 +11,7 @@ from ..memory import BLOCKS
 from ..network import Network
 from .moe import MoE
 
-__all__ = ["Layout", "USABLE_FRACTION", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES"]
+__all__ = ["Layout", "USABLE_FRACTION", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES", "MIN_CP_TOKENS"]
 
 _POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128: the TP, CP and PP degrees searched
 _INTERLEAVES = (1, 2, 4, 8)                # model chunks per pipeline rank searched
@@ -29,6 +29,15 @@ USABLE_FRACTION = 0.9
 # of 1F1B's bubble (chapter 5's simulator replays the schedule and gives the same, tests/test_layout.py).
 ZB_H1_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
 GMLAKE_A100_FRAGMENTATION_BYTES = 9.2e9     # the average above, of an 80 GB A100
+# The fewest tokens of the sequence a context-parallel rank may hold. CP is a long-context tool:
+# Llama 3 405B trained its 8K stage without it and used CP 16 only at 131K, 8,192 tokens a rank
+# (arXiv 2407.21783 §3.3.2); the shortest chunk in a tuned recipe is NeMo's Llama 3 70B pretraining
+# recipe, CP 2 at 8,192 tokens, 4,096 a rank (NVIDIA/NeMo, nemo/collections/llm/recipes/llama3_70b.py).
+# The step model times a rank's attention on its s/CP block but not what a ring step costs beyond
+# its bytes (a kernel launch and a send per step, the causal split's imbalance), so the search does
+# not go below what a published configuration ran: at 2K tokens it gave MHA models (MegaScale 175B,
+# OPT-175B) CP 4 and 2, an artefact of that omission (issue #43, item 7).
+MIN_CP_TOKENS = 4096
 
 
 @dataclass(frozen=True)

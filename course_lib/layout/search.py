@@ -12,7 +12,7 @@ from ..memory import RECOMPUTE
 from ..network import DGX_H100_NDR, Network
 from .evaluate import _evaluate
 from .explanation import explain, gb
-from .job import _INTERLEAVES, _POW2, USABLE_FRACTION, Layout, _Job, _job
+from .job import _INTERLEAVES, _POW2, MIN_CP_TOKENS, USABLE_FRACTION, Layout, _Job, _job
 from .moe import MoE, expert_degrees
 
 __all__ = ["plan_layouts", "estimate", "layout"]
@@ -49,6 +49,9 @@ def _rule_broken(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: in
         return f"TP must divide the {job.a} heads"
     if job.s % cp or cp > job.max_cp:
         return f"CP must divide the sequence ({job.s} tokens)"
+    if cp > 1 and job.s // cp < MIN_CP_TOKENS:
+        return (f"CP must leave each rank at least {MIN_CP_TOKENS} tokens of the sequence (MIN_CP_TOKENS), "
+                f"got {job.s} / {cp} = {job.s // cp}")
     if pp > job.L:
         return f"PP cannot exceed the {job.L} layers"
     if int(job.tokens / job.s // (dp * job.b)) < 1:

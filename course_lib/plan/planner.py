@@ -15,7 +15,7 @@ from .._validate import MAX_INT, calculator, choice, fraction, positive, positiv
 from ..data.tokenize import token_dtype
 from ..hardware import ACCELERATORS, lookup
 from ..layout import USABLE_FRACTION, MoE, layout
-from ..layout.job import _MAX_LAYERS, _POW2
+from ..layout.job import _MAX_LAYERS, _POW2, MIN_CP_TOKENS
 from ..numerics import format_info, stall_point
 from .result import Plan
 
@@ -162,7 +162,8 @@ def _impossible(exc: ValueError, n: float, n_gpus: int, g: int, hbm: float, usab
                           f"use more GPUs, a GPU with more HBM, a shorter seq_len or a larger "
                           f"usable_fraction")
     seqs = batch / seq
-    cp = max(c for c in _POW2 if seq % c == 0)     # the largest CP degree the layout planner tries
+    cp = max(c for c in _POW2 if seq % c == 0 and (c == 1 or seq // c >= MIN_CP_TOKENS))   # the largest CP
+    # degree the layout planner tries
     pp = max(p for p in _POW2 if p <= n_layers)     # and PP degree (one microbatch, mostly bubble)
     need = math.ceil(n_gpus / (g * cp * pp))
     return ValueError(f"global_batch_tokens={batch:g}: batch below the floor ({text}). {seqs:g} sequence"
