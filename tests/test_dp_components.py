@@ -5,14 +5,14 @@ between ranks before wrapping, tied weights, fp32 next to bf16, a container with
 of its own — with their own optimizer (SGD with momentum, AdamW), their own ``zero_grad`` in
 every mode, ``no_sync`` accumulation, param groups, LR schedulers and a state_dict round trip, on
 their slice of each batch, and compare with a single-process copy that saw the whole batch (see
-``course_lib.parallel.component_checks``). One launch runs all cases of a component.
+``course_lib.parallel.component_runs``). One launch runs all cases of a component.
 """
 import pytest
 import torch
 import torch.nn as nn
 
 from course_lib.dist import launch
-from course_lib.parallel import component_checks as C
+from course_lib.parallel import component_runs as C
 from course_lib.parallel.counting import as_comm
 from course_lib.parallel.dp import make_buckets
 from course_lib.parallel.zero import ZeroOptimizer

@@ -3,13 +3,13 @@ with the user's own optimizer and zero_grad, on 2 gloo ranks, against a single-p
 trained on the whole batch for 3 steps — frozen layers, buffers, tied weights split over units,
 an empty root, mixed parameter dtypes, gradient accumulation, state dicts, and bf16 mixed
 precision next to PyTorch's own FSDP2 with the same policy. One launch runs every case
-(course_lib.parallel.fsdp_checks); each test reads its case."""
+(course_lib.parallel.fsdp_runs); each test reads its case."""
 import pytest
 import torch
 import torch.nn as nn
 
 from course_lib.dist import launch
-from course_lib.parallel import fsdp_checks as C
+from course_lib.parallel import fsdp_runs as C
 from course_lib.parallel.fsdp import FSDP, MixedPrecision
 
 # AdamW (lr 1e-3) moves a weight whose gradient is ~eps by a visible fraction of lr when ranks sum

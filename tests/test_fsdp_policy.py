@@ -2,12 +2,12 @@
 replicates every other parameter with averaged gradients — the contract of CS336 assignment 2's
 FSDP tests — on 2 gloo ranks, against one process trained on the whole batch and against PyTorch's
 FSDP2 with ``fully_shard`` on the same modules. One launch runs every case
-(course_lib.parallel.fsdp_policy_checks); each test reads its case."""
+(course_lib.parallel.fsdp_policy_runs); each test reads its case."""
 import pytest
 import torch.nn as nn
 
 from course_lib.dist import launch
-from course_lib.parallel import fsdp_policy_checks as C
+from course_lib.parallel import fsdp_policy_runs as C
 from course_lib.parallel.fsdp import FSDP
 
 ADAM_TOL = 5e-5               # AdamW amplifies a last-bit difference of a tiny gradient (see test_fsdp_components)

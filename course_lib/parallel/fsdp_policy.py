@@ -24,7 +24,7 @@ stays a plain tensor that FSDP2 does not synchronise at all (``fully_shard`` on 
 none at the root leaves the norms' gradients different on every rank). Its pair for this policy is
 ``fully_shard`` on each matching module plus ``torch.distributed._composable.replicate`` (DDP,
 which leaves the ``fully_shard`` parameters alone) on the root.
-:mod:`course_lib.parallel.fsdp_policy_checks` runs that pair on 2 gloo ranks (torch 2.13, CPU)
+:mod:`course_lib.parallel.fsdp_policy_runs` runs that pair on 2 gloo ranks (torch 2.13, CPU)
 next to ``FSDP(model, ctx.group, shard={nn.Linear})``: the gradients and the parameters after
 AdamW steps are equal bit for bit (the same kernels on the same values; a mean of two ranks'
 gradients does not depend on the order they are added in).
