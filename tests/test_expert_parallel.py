@@ -6,12 +6,16 @@ The reference is chapter 8's single-process MoE GPT on the whole global batch (s
 
 import pytest
 import torch
+import torch.nn as nn
 
 from course_lib import comm as C
-from course_lib.dist import launch
+from course_lib.dist import RankError, launch
 from course_lib.expert import ep_runs as R
 from course_lib.expert import labs as L
-from course_lib.expert.ep import ExpertParallelMoE, expert_parallel
+from course_lib.expert.ep import ExpertParallelMoE, expert_parallel, reduce_gradients
+from course_lib.expert.overlap import dispatch_async
+from course_lib.expert.ulysses import ulysses_attention
+from course_lib.parallel.counting import CountingComm
 from course_lib.moe import MoE, expert_capacity
 
 EPS = torch.finfo(torch.float32).eps
@@ -211,3 +215,56 @@ def test_dispatch_grader_names_the_mistakes():
     score, msg = _grade_dispatch(by_rank, draw)
     assert score < 1 and "not by expert within it" in msg
 
+
+def mistakes_worker(ctx, *, mistakes: tuple[str, ...], catch: bool = True) -> dict:
+    """Each mistake made on purpose on 2 ranks (issue #43 item 21): its ValueError's text, caught
+    (``catch``) so the next one runs on the same group, which must still work afterwards."""
+    r, got = ctx.rank, {}
+    comm = CountingComm(ctx.group)
+    for m in mistakes:
+        try:
+            if m == "ulysses":              # a sequence of 33 positions split 17 / 16
+                q = torch.randn(1, 2, 17 - r, 4)
+                ulysses_attention(q, q, q, comm)
+            elif m == "dispatch":           # rank 0 sends rank 1 three rows, rank 1 expects two
+                ins = [2, 3] if r == 0 else [2, 2]
+                dispatch_async(torch.randn(sum(ins), 4), comm, [2, 2], ins).wait()
+            elif m == "grads":              # the second layer used on rank 0 only
+                model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+                x = model[0](torch.ones(1, 4))
+                (model[1](x) if r == 0 else x).sum().backward()
+                reduce_gradients(model, comm, CountingComm(ctx.group))
+            elif m == "refuse":
+                expert_parallel(nn.Sequential(MoE(8, 16, 2, group="batch", capacity_factor=1.0)), comm)
+            got[m] = None
+        except ValueError as exc:
+            if not catch:
+                raise
+            got[m] = str(exc)
+    t = torch.ones(1)
+    torch.distributed.all_reduce(t, group=ctx.group)
+    return {"errors": got, "group_works": float(t) == ctx.world_size}
+
+
+def test_mistakes_raise_a_value_error_on_every_rank_before_the_collective():
+    """An uneven Ulysses split, dispatch splits that disagree between ranks, and a parameter with a
+    gradient on one rank only each aborted a rank inside gloo (SIGABRT, naming nothing) or hung;
+    now every rank exchanges the sizes first and raises the same ValueError naming them, and the
+    group still works afterwards."""
+    res = launch(mistakes_worker, 2, threads_per_rank=1, timeout=120,
+                 mistakes=("ulysses", "dispatch", "grads", "refuse"))
+    assert res[0]["errors"] == res[1]["errors"] and all(r["group_works"] for r in res)
+    e = res[0]["errors"]
+    assert "(1, 2, 17, 4)" in e["ulysses"] and "(1, 2, 16, 4)" in e["ulysses"], e["ulysses"]
+    assert "33 positions" in e["ulysses"] and "[17, 16]" in e["ulysses"] and "group size 2" in e["ulysses"]
+    assert "rank 0 sends rank 1 3 rows, rank 1 expects 2" in e["dispatch"], e["dispatch"]
+    assert "'1.weight' has a gradient on rank(s) [0] and none on rank(s) [1]" in e["grads"], e["grads"]
+    assert "'1.bias'" in e["grads"] and "'0.weight'" not in e["grads"] and "data-parallel" in e["grads"]
+    assert "group='batch' with capacity_factor=1.0" in e["refuse"]
+
+
+def test_launcher_reports_the_ranks_value_error_not_a_signal():
+    with pytest.raises(RankError) as err:
+        launch(mistakes_worker, 2, threads_per_rank=1, timeout=120, mistakes=("ulysses",), catch=False)
+    text = str(err.value)
+    assert "ValueError" in text and "33 positions" in text and "died" not in text, text

@@ -290,12 +290,44 @@ def _all_reduce(params: list[nn.Parameter], comm, world: int) -> None:
         i += g.numel()
 
 
+def _same_grads(named: list[tuple[str, nn.Parameter]], comm, kind: str) -> None:
+    """Raise, on every rank alike, unless every rank of ``comm`` has the same parameters with a
+    gradient: the flat buffers all-reduced next must match, or the collective aborts or hangs.
+    A check of a few integers a parameter, sent with torch.distributed itself (uncounted)."""
+    w, group, what = comm.world_size, comm.group, {"dense": "data-parallel", "expert": "expert-data-parallel"}[kind]
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(w)]
+    dist.all_gather(counts, torch.tensor([len(named)]), group=group)
+    counts = [int(c) for c in counts]
+    if len(set(counts)) > 1:
+        raise ValueError(f"reduce_gradients: the ranks of the {what} group hold different numbers of "
+                         f"{kind} parameters, {counts} (rank order): every rank must pass the same model")
+    have = torch.tensor([p.grad is not None for _, p in named], dtype=torch.uint8)
+    every = [torch.empty_like(have) for _ in range(w)]
+    dist.all_gather(every, have, group=group)
+    flags = torch.stack(every)                                    # (ranks, parameters)
+    bad = [f"{named[i][0]!r} has a gradient on rank(s) {flags[:, i].nonzero().flatten().tolist()} and none "
+           f"on rank(s) {(flags[:, i] == 0).nonzero().flatten().tolist()}"
+           for i in (flags.sum(0) % w).nonzero().flatten().tolist()]
+    if bad:
+        raise ValueError(f"reduce_gradients: in the {what} group, " + "; ".join(bad) + ": the all-reduce would "
+                         "mix buffers of different sizes. Every rank must use every parameter in its backward "
+                         "(or zero the gradient, p.grad = torch.zeros_like(p))")
+
+
 def reduce_gradients(model: nn.Module, dp_comm, expert_dp_comm) -> None:
     """Average gradients as one process on the global batch would have them: dense parameters
     over every data-parallel rank (``dp_comm``), expert parameters (``p.expert``) over the ranks
     holding the same experts (``expert_dp_comm``) — each expert's gradient already holds the
-    contributions of its whole EP group's tokens — both divided by the DP world size."""
+    contributions of its whole EP group's tokens — both divided by the DP world size.
+
+    First every rank checks that its peers have gradients for the same parameters (a parameter
+    used on one rank only would make the all-reduce mix buffers of different sizes): ValueError
+    naming the parameter and the ranks, on every rank, before the all-reduce."""
     dp, edp = as_comm(dp_comm), as_comm(expert_dp_comm)
-    params = [p for p in model.parameters() if p.requires_grad]
-    _all_reduce([p for p in params if not getattr(p, "expert", False)], dp, dp.world_size)
-    _all_reduce([p for p in params if getattr(p, "expert", False)], edp, dp.world_size)
+    named = [(k, p) for k, p in model.named_parameters() if p.requires_grad]
+    dense = [(k, p) for k, p in named if not getattr(p, "expert", False)]
+    expert = [(k, p) for k, p in named if getattr(p, "expert", False)]
+    _same_grads(dense, dp, "dense")
+    _same_grads(expert, edp, "expert")
+    _all_reduce([p for _, p in dense], dp, dp.world_size)
+    _all_reduce([p for _, p in expert], edp, dp.world_size)

@@ -74,17 +74,41 @@ class Pending:
         return self.output
 
 
-def dispatch_async(x: torch.Tensor, comm, output_splits: list[int], input_splits: list[int]) -> Pending:
+def _agreed(ins: list[int], outs: list[int], row: int, comm: CountingComm) -> None:
+    """Raise on every rank alike unless the ranks' splits agree: rank i sends rank j what rank j
+    expects from rank i, in rows of one size. One all-gather of 2p + 1 integers (uncounted)."""
+    p = comm.world_size
+    every = [torch.zeros(2 * p + 1, dtype=torch.int64) for _ in range(p)]
+    dist.all_gather(every, torch.tensor(ins + outs + [row], dtype=torch.int64), group=comm.group)
+    t = torch.stack(every)
+    send, recv, rows = t[:, :p], t[:, p:2 * p], t[:, -1].tolist()
+    bad = [f"rank {i} sends rank {j} {int(send[i, j])} rows, rank {j} expects {int(recv[j, i])}"
+           for i in range(p) for j in range(p) if send[i, j] != recv[j, i]]
+    if len(set(rows)) > 1:
+        bad.append(f"the ranks' rows hold {rows} values (rank order)")
+    if bad:
+        raise ValueError("dispatch_async: the ranks' splits disagree: " + "; ".join(bad) + " (rank i's "
+                         "input_splits[j] must equal rank j's output_splits[i])")
+
+
+def dispatch_async(x: torch.Tensor, comm, output_splits: list[int], input_splits: list[int], *,
+                   check: bool = True) -> Pending:
     """Send ``input_splits[j]`` rows of ``x`` to rank j of ``comm``'s group without waiting.
 
     ``comm`` is a :class:`CountingComm` or a ProcessGroup (see ``as_comm``); the exchange is always
     torch.distributed's own ``all_to_all_single`` with ``async_op=True`` (gloo runs it on its worker
-    threads, NCCL on its own stream), and ``wait()`` books it in the comm's stats."""
+    threads, NCCL on its own stream), and ``wait()`` books it in the comm's stats. ``check``: first
+    exchange every rank's splits (a small blocking all-gather, uncounted) and raise the same
+    ValueError on every rank if rank i's ``input_splits[j]`` is not rank j's ``output_splits[i]``
+    (mismatched blocks abort a rank inside the collective); ``forward`` skips it, its splits come
+    from the exchanged counts."""
     comm = as_comm(comm)
     ins, outs = [int(s) for s in input_splits], [int(s) for s in output_splits]
     if len(ins) != comm.world_size or len(outs) != comm.world_size or sum(ins) != x.shape[0]:
         raise ValueError(f"input_splits must be {comm.world_size} row counts summing to {x.shape[0]} and "
                          f"output_splits {comm.world_size} row counts, got {ins} and {outs}")
+    if check:
+        _agreed(ins, outs, math.prod(x.shape[1:]), comm)
     x = x.contiguous()
     out = x.new_empty((sum(outs),) + tuple(x.shape[1:]))
     row = x.element_size() * math.prod(x.shape[1:])
@@ -135,7 +159,7 @@ def forward(layer, x: torch.Tensor, *, overlap: bool = True, events: list | None
     recv_splits = recv_counts.view(ep, L).sum(1).tolist()
     rows = flat[tok]
     _event(events, r, "route", t0, clock(), step)
-    pending = dispatch_async(rows, layer.comm, recv_splits, send_splits)
+    pending = dispatch_async(rows, layer.comm, recv_splits, send_splits, check=False)
     if not overlap:
         w0 = clock()
         recv = pending.wait()
@@ -154,7 +178,7 @@ def forward(layer, x: torch.Tensor, *, overlap: bool = True, events: list | None
     out = layer._experts(recv[perm], recv_counts.view(ep, L).sum(0).tolist())
     out = out[perm.argsort()]
     _event(events, r, "experts", e0, clock(), step)
-    back = dispatch_async(out, layer.comm, send_splits, recv_splits)
+    back = dispatch_async(out, layer.comm, send_splits, recv_splits, check=False)
     w0 = clock()
     back_rows = back.wait()
     _event(events, r, "recv", w0, clock(), step)

@@ -7,10 +7,14 @@ the sequence split. Forward: four all-to-alls, each rank sending (p−1)/p of it
 tensor, 4·(p−1)/p·(s/p)·b·d — shrinking as 1/p, where ring attention's K/V traffic,
 2·(p−1)/p·s·b·d, does not. The price: p must divide the number of heads (the KV heads, with GQA).
 The backward repeats the four exchanges with the gradients (:class:`~course_lib.expert.ep.AllToAll`).
+Every rank must hold the same number of positions (s divisible by p): the ranks first exchange their
+shapes (four integers each, uncounted) and all raise the same ValueError otherwise, before any
+all-to-all of mismatched blocks could abort a rank.
 """
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from ..parallel.context import causal_attention
 from ..parallel.counting import CountingComm, as_comm
@@ -37,6 +41,20 @@ def _heads_to_seq(y: torch.Tensor, comm: CountingComm) -> torch.Tensor:
     return got.view(p * h, B, S // p, hd).permute(1, 0, 2, 3)
 
 
+def _same_shape(q: torch.Tensor, comm: CountingComm) -> None:
+    """Raise on every rank alike unless every rank's ``q`` has the same shape: the all-to-alls swap
+    equal blocks (an uneven sequence split would abort a rank inside the collective)."""
+    every = [torch.zeros(4, dtype=torch.int64) for _ in range(comm.world_size)]
+    dist.all_gather(every, torch.tensor(q.shape, dtype=torch.int64), group=comm.group)
+    shapes = [tuple(t.tolist()) for t in every]
+    if len(set(shapes)) > 1:
+        lengths = [sh[2] for sh in shapes]
+        raise ValueError(f"ulysses_attention: every rank must hold the same (batch, heads, s/p, head_dim) "
+                         f"slice, got q shapes {shapes} on the {comm.world_size} ranks (rank order): a "
+                         f"sequence of {sum(lengths)} positions split as {lengths}; the length must divide "
+                         f"evenly by the group size {comm.world_size} (pad it, or choose p)")
+
+
 def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm) -> torch.Tensor:
     """Causal attention of this rank's positions over the whole sequence, Ulysses style.
 
@@ -47,6 +65,7 @@ def ulysses_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, comm) -
     if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
         raise ValueError(f"q, k, v must share one (batch, heads, s/p, head_dim) shape, got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    _same_shape(q, comm)
     if q.size(1) % comm.world_size:
         raise ValueError(f"the {q.size(1)} heads must divide evenly over {comm.world_size} ranks: "
                          f"Ulysses splits attention by head")
