@@ -38,8 +38,7 @@ import torch.distributed as dist
 
 from .._validate import choice
 
-__all__ = ["OpStats", "CountingComm", "as_comm", "os_bytes_written", "storage_bytes", "optimizer_state_bytes",
-           "KINDS"]
+__all__ = ["OpStats", "CountingComm", "as_comm", "os_bytes_written", "KINDS"]
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "all_to_all_splits")
 
@@ -55,27 +54,6 @@ def os_bytes_written() -> int | None:
     except OSError:
         return None
     return None
-
-
-def storage_bytes(tensors) -> int:
-    """Bytes of the distinct storages behind ``tensors`` (None entries skipped): views of one
-    buffer count once, and a buffer whose storage was freed (resized to 0) counts 0. This is how
-    the course *measures* a rank's memory for parameters, gradients and optimizer state."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        if t is None:
-            continue
-        if hasattr(t, "to_local"):  # a DTensor (PyTorch FSDP2): count the local shard
-            t = t.to_local()
-        st = t.untyped_storage()
-        seen[st.data_ptr() if st.nbytes() else id(st)] = st.nbytes()
-    return sum(seen.values())
-
-
-def optimizer_state_bytes(optimizer) -> int:
-    """Bytes of every tensor in ``optimizer.state`` (Adam: exp_avg, exp_avg_sq, step)."""
-    return storage_bytes(v for state in optimizer.state.values() for v in state.values()
-                         if isinstance(v, torch.Tensor))
 
 
 @dataclass

@@ -239,7 +239,7 @@ class DataParallel(nn.Module):
 
     def memory_bytes(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
         """Bytes this rank holds for parameters, gradients and optimizer state (live storages)."""
-        from .counting import optimizer_state_bytes, storage_bytes
+        from .state_bytes import optimizer_state_bytes, storage_bytes
         return {"params": storage_bytes(self.params),
                 "grads": storage_bytes([b.grad for b in self.buckets]),
                 "optimizer": optimizer_state_bytes(optimizer) if optimizer is not None else 0}

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ..model import GPT, GPTConfig
-from .counting import CountingComm, optimizer_state_bytes, os_bytes_written, storage_bytes
+from .counting import CountingComm, os_bytes_written
+from .state_bytes import optimizer_state_bytes, storage_bytes
 from .dp_reference import (ADAMW, DEMO_CONFIG, STRATEGIES, _loss, expected_bytes_per_step,
                            make_batches, reference_run, root_params)
 

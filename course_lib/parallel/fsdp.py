@@ -27,7 +27,8 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from .counting import CountingComm, as_comm, optimizer_state_bytes, storage_bytes
+from .counting import CountingComm, as_comm
+from .state_bytes import optimizer_state_bytes, storage_bytes
 from .dp import broadcast_from_rank0
 from .fsdp_policy import split_by_policy
 from .fsdp_state import full_optim_state_dict, load_full_optim_state_dict

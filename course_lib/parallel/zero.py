@@ -27,7 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .counting import as_comm, optimizer_state_bytes, storage_bytes
+from .counting import as_comm
+from .state_bytes import optimizer_state_bytes, storage_bytes
 from .dp import broadcast_from_rank0, make_buckets, queue_end_of_backward
 from .grad_clip import HeldGrad, clip_grads_, held_grad
 
