@@ -204,8 +204,11 @@ def ep_node_bytes(tokens: int, d_model: int, top_k: int, ep: int, gpus_per_node:
     nodes, sent once per node over IB and forwarded over NVLink to its experts there): M·(N−1)/N
     copies cross IB per token (N = ep/g nodes; its own node is one of the M with chance M/N), and
     each of the k copies takes an NVLink hop unless it already sits on its expert's GPU,
-    k·(g−1)/g. DeepSeek-V3 (k = 8, M = 4, 8 GPUs a node) halves the IB bytes of unrestricted
-    routing over 8 nodes: 3.5 copies a token instead of 7."""
+    k·(g−1)/g. Unrestricted here is naive dispatch, one IB copy per chosen expert on another node.
+    DeepSeek-V3 (k = 8, M = 4, 8 nodes of 8 GPUs): 7 IB copies a token naive, 3.5 node-limited. Most
+    of that 2× is the per-node deduplication, not the limit: deduplicated without a limit the
+    expectation is 7·(1 − C(224,8)/C(256,8)) ≈ 4.63 (``comm_alltoall.ep_node_copies``), so the limit
+    itself saves ~1.3× in expectation; its real value is the hard bound of M nodes a token reaches."""
     t = positive_int("tokens", tokens)
     d = positive_int("d_model", d_model)
     k = positive_int("top_k", top_k)
