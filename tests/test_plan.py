@@ -102,11 +102,12 @@ def test_a_plan_that_does_not_fit_says_how_many_gpus_it_needs():
 def test_a_batch_below_the_floor_says_what_batch_would_do():
     with pytest.raises(ValueError, match=r"^global_batch_tokens=8192: batch below the floor") as err:
         plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, seq_len=8192, global_batch_tokens=8192)
-    assert "× CP 128 × PP 32 = 32768 GPUs, so 131072 GPUs need 4. Raise global_batch_tokens to 32768" in str(err.value)
+    # CP at most 2 at 8K: each rank keeps layout.MIN_CP_TOKENS = 4096 tokens (issue #43 item 7)
+    assert "× CP 2 × PP 32 = 512 GPUs, so 131072 GPUs need 256. Raise global_batch_tokens to 2.09715e+06" in str(err.value)
     # the suggestion is the least batch that plans: one sequence less is still refused
-    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=4 * 8192).dp >= 1
-    with pytest.raises(ValueError, match="need 4"):
-        plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=3 * 8192)
+    assert plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=256 * 8192).dp >= 1
+    with pytest.raises(ValueError, match="need 256"):
+        plan(n_params=7e9, n_tokens=1e12, n_gpus=131072, global_batch_tokens=255 * 8192)
 
 
 def test_cli_prints_the_rendered_plan(capsys):
