@@ -234,6 +234,9 @@ def mistakes_worker(ctx, *, mistakes: tuple[str, ...], catch: bool = True) -> di
                 x = model[0](torch.ones(1, 4))
                 (model[1](x) if r == 0 else x).sum().backward()
                 reduce_gradients(model, comm, CountingComm(ctx.group))
+            elif m == "routing":            # the global batch routed, from 1 and 2 sequences
+                layer = MoE(8, 16, 2, group="batch", capacity_factor=1.0)
+                expert_parallel(nn.Sequential(layer), comm, routing_group=ctx.group)(torch.randn(1 + r, 4, 8))
             elif m == "refuse":
                 expert_parallel(nn.Sequential(MoE(8, 16, 2, group="batch", capacity_factor=1.0)), comm)
             got[m] = None
@@ -248,11 +251,11 @@ def mistakes_worker(ctx, *, mistakes: tuple[str, ...], catch: bool = True) -> di
 
 def test_mistakes_raise_a_value_error_on_every_rank_before_the_collective():
     """An uneven Ulysses split, dispatch splits that disagree between ranks, and a parameter with a
-    gradient on one rank only each aborted a rank inside gloo (SIGABRT, naming nothing) or hung;
-    now every rank exchanges the sizes first and raises the same ValueError naming them, and the
-    group still works afterwards."""
+    gradient on one rank only each aborted a rank inside gloo (SIGABRT, naming nothing); now every
+    rank exchanges the sizes first and raises the same ValueError naming them, and the group still
+    works afterwards. So does routing the global batch from ranks of different batch sizes."""
     res = launch(mistakes_worker, 2, threads_per_rank=1, timeout=120,
-                 mistakes=("ulysses", "dispatch", "grads", "refuse"))
+                 mistakes=("ulysses", "dispatch", "grads", "routing", "refuse"))
     assert res[0]["errors"] == res[1]["errors"] and all(r["group_works"] for r in res)
     e = res[0]["errors"]
     assert "(1, 2, 17, 4)" in e["ulysses"] and "(1, 2, 16, 4)" in e["ulysses"], e["ulysses"]
@@ -261,6 +264,7 @@ def test_mistakes_raise_a_value_error_on_every_rank_before_the_collective():
     assert "'1.weight' has a gradient on rank(s) [0] and none on rank(s) [1]" in e["grads"], e["grads"]
     assert "'1.bias'" in e["grads"] and "'0.weight'" not in e["grads"] and "data-parallel" in e["grads"]
     assert "group='batch' with capacity_factor=1.0" in e["refuse"]
+    assert "shapes [(1, 4, 2), (2, 4, 2)]" in e["routing"], e["routing"]
 
 
 def test_launcher_reports_the_ranks_value_error_not_a_signal():
