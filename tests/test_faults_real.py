@@ -164,6 +164,25 @@ def test_another_job_is_refused_the_folder_and_it_is_left_as_it_was(rotten):
     assert {p: file_sha256(p) for p in (out / "ckpt").rglob("*") if p.is_file()} == before
 
 
+def test_a_job_none_of_whose_checkpoints_verifies_stops_once_and_leaves_them(tmp_path):
+    # keep_last=1 and its one checkpoint broken: 28369aa refused it, trained from step 0, exited 0
+    # and saved over it. Now the job stops, naming the file, and the agent does not restart it.
+    from course_lib.faults.checkpointer import checkpoint_dir
+    from course_lib.faults.integrity import damage, file_sha256
+    job = replace(JOB, keep_last=1)
+    reference_run(tmp_path, replace(job, steps=6))                  # leaves one checkpoint: step 6
+    hit = damage(checkpoint_dir(tmp_path / "ckpt", 6), "flip", rank=1)
+    (hit.parent / ".DS_Store").write_bytes(b"a desktop's file")      # not the reason it is refused
+    files = lambda: {p: file_sha256(p) for p in (tmp_path / "ckpt").rglob("*")  # noqa: E731
+                     if p.is_file() and p.name != "LOCK"}
+    before = files()
+    res = run_job(tmp_path, job, max_restarts=3)
+    assert res.returncode != 0, res.output[-3000:]
+    assert res.output.count("job refused: NoVerifiedCheckpointError") == 1, res.output[-3000:]
+    assert f"{hit} does not match its SHA-256" in res.output and ".DS_Store" not in res.output
+    assert files() == before                                         # nothing trained or saved over it
+
+
 def test_a_job_saving_asynchronously_resumes_to_the_same_bits(tmp_path, reference):
     import json
     from course_lib.faults.checkpointer import latest_complete

@@ -11,8 +11,12 @@ of that step. On resume, :meth:`~ShardedCheckpointer.latest` verifies the newest
 checkpoint, the ranks splitting the hashing, and falls back to the one before it, and so on,
 until one verifies: a flipped byte, a truncated, deleted or swapped shard, a broken
 ``.metadata`` or another job's checkpoint is refused once, by name, instead of being loaded in
-silence or crashing every restart. The folder is the job's alone (a run id and a lock), and old
-checkpoints are deleted by a retention policy so that a long run does not fill its disk.
+silence or crashing every restart. A file the marker does not list (a ``.DS_Store``) is
+reported and left alone. If complete checkpoints exist and *none* verifies, or a file cannot be
+read at all, the job does not start from step 0 over them: every rank raises the same
+:class:`~course_lib.faults.integrity.FolderError` naming them. The folder is the job's alone (a
+run id and a lock), and old checkpoints are deleted by a retention policy so that a long run
+does not fill its disk.
 """
 from __future__ import annotations
 
@@ -26,8 +30,8 @@ from typing import Any
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from .integrity import (MARKER, CheckpointError, FolderLock, checkpoint_files, file_sha256, remove_checkpoint,
-                        to_delete, verify, write_marker)
+from .integrity import (MARKER, CheckpointError, FolderLock, NoVerifiedCheckpointError, UnreadableError,
+                        checkpoint_files, file_sha256, remove_checkpoint, to_delete, verify, write_marker)
 
 __all__ = ["MARKER", "ShardedCheckpointer", "checkpoint_dir", "complete_steps", "incomplete_steps",
            "latest_complete"]
@@ -74,7 +78,10 @@ class ShardedCheckpointer:
     same for every restart of one ``torchrun``, else a fresh id) and every rank raises the same
     :class:`~course_lib.faults.integrity.ForeignFolderError` or ``FolderInUseError`` if it cannot.
     A later launch resumes the folder by passing the same ``run_id``. :meth:`latest` returns the
-    newest checkpoint that verifies and lists the refused ones, with the reason, in ``refused``.
+    newest checkpoint that verifies and lists the refused ones, with the reason, in ``refused``
+    (files its marker does not list, ignored, in ``ignored``); if there are complete checkpoints
+    and none verifies it raises :class:`~course_lib.faults.integrity.NoVerifiedCheckpointError`
+    naming each and why, rather than let the job start afresh and save over them.
 
     After each save, checkpoints beyond the ``keep_last`` newest (default 3; None keeps all) are
     deleted, except those whose step is a multiple of ``keep_every`` (default None: none).
@@ -98,6 +105,7 @@ class ShardedCheckpointer:
         self._pending: tuple[int, Any] | None = None
         self._verified: set[int] = set()
         self.refused: list[str] = []
+        self.ignored: list[str] = []
         self._lock, outcome = None, None
         if self.rank == 0:
             run_id = str(run_id or os.environ.get("TORCHELASTIC_RUN_ID") or uuid.uuid4().hex)
@@ -160,21 +168,34 @@ class ShardedCheckpointer:
 
     def _check(self, step: int) -> str | None:
         """Verify checkpoint ``step``, the ranks splitting the hashing; the first rank's reason
-        for refusing it, the same on every rank, or None if it verifies."""
+        for refusing it, the same on every rank, or None if it verifies. A file that a rank
+        could not read raises UnreadableError on every rank: that is no reason to skip it."""
+        path = checkpoint_dir(self.root, step)
         try:
-            verify(checkpoint_dir(self.root, step), self.run_id, share=(self.rank, self.world))
-            why = None
-        except (CheckpointError, OSError) as e:
-            why = str(e)
+            unlisted, why = verify(path, self.run_id, share=(self.rank, self.world))["unlisted"], None
+        except UnreadableError as e:
+            unlisted, why = [], ("unreadable", str(e))
+        except CheckpointError as e:
+            unlisted, why = [], ("refused", str(e))
         reasons = [None] * self.world
         dist.all_gather_object(reasons, why, group=self.group)
-        return next((r for r in reasons if r is not None), None)
+        stop = next((r[1] for r in reasons if r is not None and r[0] == "unreadable"), None)
+        if stop is not None:
+            raise UnreadableError(stop)
+        if unlisted and not any(reasons):
+            self.ignored += [f"{path / n}" for n in unlisted]
+            if self.rank == 0:
+                _log.warning("%s: files %s not listed in %s, ignored (DCP reads only the files of the verified "
+                             ".metadata)", path, ", ".join(unlisted), MARKER)
+        return next((r[1] for r in reasons if r is not None), None)
 
     def latest(self) -> int | None:
-        """The newest complete checkpoint that verifies (None: a fresh start); every rank gets the
-        same answer. The ones refused on the way are in ``refused``, and logged by rank 0."""
-        self.refused = []
-        for step in reversed(self._from_rank0(complete_steps(self.root) if self.rank == 0 else None)):
+        """The newest complete checkpoint that verifies (None: no complete checkpoint, a fresh
+        start); every rank gets the same answer. The ones refused on the way are in ``refused``,
+        and logged by rank 0; if every complete checkpoint is refused, NoVerifiedCheckpointError."""
+        self.refused, self.ignored = [], []
+        steps = self._from_rank0(complete_steps(self.root) if self.rank == 0 else None)
+        for step in reversed(steps):
             why = self._check(step)
             if why is None:
                 self._verified.add(step)
@@ -182,6 +203,11 @@ class ShardedCheckpointer:
             self.refused.append(why)
             if self.rank == 0:
                 _log.warning("refusing checkpoint step %d: %s", step, why)
+        if steps:
+            raise NoVerifiedCheckpointError(
+                f"checkpoint folder {self.root} holds {len(steps)} complete checkpoint(s) and none verifies, so "
+                f"this job stops instead of training from step 0 and saving over them: " + "; ".join(self.refused)
+                + ". Restore or repair them, or move them aside to start afresh")
         return None
 
     def load(self, state: dict[str, Any], step: int) -> None:

@@ -18,10 +18,12 @@ into an error and a restart. ``flip``, ``swap``, ``trunc``, ``meta`` and ``delet
 make rank R break the checkpoint of step S once it is complete (a flipped byte in its shard, its
 shard replaced by the previous checkpoint's, cut to half, DCP's ``.metadata`` flipped, the shard
 deleted: ``integrity.damage``) and then SIGKILL itself: the restarted job refuses that
-checkpoint, naming the file, and resumes from the one before. The checkpoint folder belongs to
-the job :func:`job_id` names (its seed, model, learning rate and batch): a relaunch of the same
-job resumes it; another job, or a second copy running at the same time, is refused. :func:`run_job` launches the job from Python and reads back what
-happened (``course_lib.faults.monitor`` has the straggler monitor and the hang demo).
+checkpoint, naming the file, and resumes from the one before; if no complete checkpoint
+verifies, or one cannot be read, it stops (no restart) rather than start over them from step 0.
+The checkpoint folder belongs to the job :func:`job_id` names (its seed, model, learning rate
+and batch): a relaunch of the same job resumes it; another job, or a second copy running at the
+same time, is refused. ``course_lib.faults.jobs.run_job`` launches the job from Python and reads
+back what happened (``course_lib.faults.monitor`` has the straggler monitor and the hang demo).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ from ..stability.checkpoint import save_atomic
 from .checkpointer import ShardedCheckpointer, checkpoint_dir, incomplete_steps
 from .digests import full_digests
 from .inject import DAMAGES, FAULT_KINDS, Fault, _DyingWriter, _sigkill_self  # noqa: F401 - Fault is public here
-from .integrity import ForeignFolderError, FolderInUseError, damage
+from .integrity import FolderError, damage
 
 __all__ = ["DEMO_CONFIG", "Fault", "JobConfig", "job_id", "WindowLoader", "TrainState", "build_state", "train_step",
            "train"]
@@ -199,7 +201,7 @@ def train(job: JobConfig, out: str | Path, group: dist.ProcessGroup, ckpt_group:
     start = ckpt.latest()
     if log:
         log("start", resumed_from=start or 0, incomplete=incomplete_steps(out / "ckpt"), world=world,
-            refused=ckpt.refused)
+            refused=ckpt.refused, ignored=ckpt.ignored)
     if start is not None:
         ckpt.load({"train": state}, start)
     while state.step < job.steps:
@@ -288,8 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     ckpt_group = dist.new_group(backend="gloo", timeout=timeout)
     try:
         train(job, out, dist.group.WORLD, ckpt_group, attempt)
-    except (ForeignFolderError, FolderInUseError) as e:
-        # no restart can fix this: rank 0 says why, then asks torchrun's agent to stop, not restart
+    except FolderError as e:
+        # no restart can fix this (another job's or a busy folder, a RUN that names no job, an
+        # unreadable file, checkpoints none of which verifies): rank 0 says why, then asks
+        # torchrun's agent to stop, not restart
         if os.environ.get("TORCHELASTIC_RUN_ID") and dist.get_rank() == 0:
             print(f"job refused: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             os.kill(os.getppid(), signal.SIGTERM)
