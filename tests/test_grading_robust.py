@@ -64,6 +64,33 @@ def test_grades_a_course_copied_under_the_temp_folder():
         assert nb["percent"] == 100.0, nb
 
 
+@needs_bwrap
+def test_grades_from_a_checkout_whose_venv_is_a_link_to_another_checkouts(tmp_path):
+    """Issue #43 item 23: a checkout whose .venv is a symbolic link (here to this checkout's venv,
+    so a venv shared by two checkouts, whose editable install points at the other one) could not
+    grade: the sandbox bound only the venv's real path, so the interpreter the grader names was not
+    there (execvp failed, exit 3), and the kernel imported the other checkout's course_lib, which is
+    not visible inside. Now the venv is bound at the path the grader knows it by too, and the
+    sandbox imports the course_lib the grader runs."""
+    fix = ROOT / "tests" / "fixtures" / "grading"
+    checkout = tmp_path / "checkout b"
+    shutil.copytree(ROOT / "course_lib", checkout / "course_lib", ignore=shutil.ignore_patterns("__pycache__"))
+    (checkout / ".venv").symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    python = checkout / ".venv" / "bin" / "python"
+    where = subprocess.run([python, "-c", "import sys, course_lib; print(sys.prefix); print(course_lib.__file__)"],
+                           capture_output=True, text=True, check=True, cwd=checkout).stdout.split("\n")
+    assert where[0] == str(checkout / ".venv") and where[1].startswith(str(checkout))  # the link, the copy
+    cls = tmp_path / "class"
+    cls.mkdir()
+    shutil.copy(fix / "solutions" / "fx_grading.ipynb", cls / "alice-fx_grading.ipynb")
+    proc = subprocess.run([python, "-m", "course_lib.grading", "grade", str(cls), "--out", str(tmp_path / "out"),
+                           "--chapter", "fx_grading", "--bank", "grading_fixture_bank", "--seed", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=checkout,
+                          env=dict(os.environ, PYTHONPATH=str(fix)))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _strict((tmp_path / "out" / "grades.json").read_text())["notebooks"][0]["percent"] == 100.0
+
+
 # --------------------------------------------------------------------------- item 2: exit 3
 def _fake_bwrap(folder: Path, body: str) -> dict:
     folder.mkdir()

@@ -1,7 +1,8 @@
 """The sandbox a submission runs in: bubblewrap (``bwrap``) with every namespace unshared.
 
 Inside, the student's kernel sees a read-only system (``/usr``, ``/etc`` without the files only
-root may read, the Python installation, the virtual environment, its site-packages and the
+root may read, the Python installation, the virtual environment (at its real path and at the one
+the grader names it by, when a link makes them differ), its site-packages and the grader's own
 ``course_lib`` source *without* its question banks), an empty ``/tmp`` and home, and exactly one
 writable folder: ``/sandbox``, which holds this submission's own copy (``/sandbox/work``) and the
 answers/progress it reports (``/sandbox/out``). It has no network (only its own loopback), its own
@@ -128,12 +129,31 @@ def _python_roots() -> list[Path]:
             if not any(o != r and o in r.parents for o in (*roots, Path("/usr")))]
 
 
+def _apparent_binds() -> list[str]:
+    """The interpreter's folders at the paths this process knows them by, where a symbolic link
+    makes these differ from the real paths bound above (a checkout whose ``.venv`` is a link to a
+    venv elsewhere, or to another checkout's): ``sys.executable`` and the ``pyvenv.cfg`` beside it
+    are then found inside the sandbox as outside. Each is the real folder, read-only, again."""
+    seen: list[Path] = []
+    args: list[str] = []
+    sites = [p for p in sys.path if p and Path(p).name in ("site-packages", "dist-packages")]
+    for p in (sys.prefix, os.path.dirname(sys.executable), sys.base_prefix, *sites):
+        apparent = Path(os.path.abspath(p))
+        real = apparent.resolve()
+        if apparent == real or not real.is_dir() or any(s == apparent or s in apparent.parents for s in seen):
+            continue
+        seen.append(apparent)
+        args += ["--ro-bind", str(real), str(apparent)]
+    return args
+
+
 def _python_binds() -> list[str]:
     """The roots above, read-only, at the same paths (after ``/tmp``'s tmpfs, which would hide any
     under the temp folder), then the banks and private files of course_lib hidden."""
     args = ["--size", str(TMP_SIZE), "--tmpfs", "/tmp"]
     for r in _python_roots():
         args += ["--ro-bind", str(r), str(r)]
+    args += _apparent_binds()
     pkg = Path(course_lib.__file__).resolve().parent
     args += ["--tmpfs", str(pkg / "checks")]  # the banks: graded outside the sandbox only
     return args + _mask([p for p in _private(pkg) if not p.startswith(str(pkg / "checks"))])
@@ -150,7 +170,10 @@ def command(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
     full = {k: os.environ[k] for k in _KEEP_ENV if k in os.environ}
     full.update({"HOME": "/tmp/home", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
                  "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
-                 "JUPYTER_PLATFORM_DIRS": "1"})
+                 "JUPYTER_PLATFORM_DIRS": "1",
+                 # the course_lib bound here, whatever the venv's editable install points at (a venv
+                 # shared by two checkouts points at one of them; only this one is visible inside)
+                 "PYTHONPATH": str(Path(course_lib.__file__).resolve().parent.parent)})
     full.update(env)
     for k, v in sorted(full.items()):
         args += ["--setenv", k, v]
