@@ -257,3 +257,12 @@ def test_context_parallelism_leaves_each_rank_the_shortest_chunk_a_published_run
     shape = {k: v for k, v in L.llama3_405b(131072).items() if k != "n_gpus"}
     assert L.estimate(8, 16, 16, 8, v=8, zero=2, trim_first_last=True, **shape).cp == 16
     assert max(x.cp for x in L.plan_layouts(**L.llama3_405b(131072))) <= 131072 // L.MIN_CP_TOKENS
+
+
+@pytest.mark.parametrize("bad", [None, 0, ""])
+def test_estimate_refuses_a_trim_first_last_that_is_not_a_bool(bad):
+    """Issue #43 item 24: trim_first_last=None (or 0, or "") was read as False, a layout without the
+    trim and no error; every switch of a calculator is True or False, else a ValueError naming it."""
+    shape = {k: v for k, v in L.llama3_405b(8192).items() if k != "n_gpus"}
+    with pytest.raises(ValueError, match=r"^trim_first_last must be True or False, got " + re.escape(repr(bad))):
+        L.estimate(8, 1, 16, 128, v=8, zero=2, trim_first_last=bad, **shape)

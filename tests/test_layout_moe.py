@@ -64,3 +64,20 @@ def test_imbalance_costs_the_busiest_ranks_time():
     even = L.estimate(1, 1, 16, 128, ep=64, zero=1, **dict(V3, moe=MoE(**{**DEEPSEEK_V3.__dict__, "imbalance": 1.0})))
     hot = L.estimate(1, 1, 16, 128, ep=64, zero=1, **dict(V3, moe=MoE(**{**DEEPSEEK_V3.__dict__, "imbalance": 1.5})))
     assert hot.step_s > even.step_s and hot.mfu < even.mfu
+
+
+def test_a_mixture_whose_experts_outweigh_the_active_parameters_is_refused_everywhere():
+    """Issue #43 item 24: estimate took n_params=1e9 with DeepSeek-V3's experts (2.3e10 parameters a
+    token passes through) and answered with a negative dense part; plan refused it by another rule.
+    One rule in the job all of them build: the message names n_params and the experts' count."""
+    from course_lib.plan import plan
+    small = dict(V3, n_params=20e9)
+    want = r"^n_params \(20000000000\.0\) must be more than the experts a token passes through.*2\.299e\+10"
+    with pytest.raises(ValueError, match=want):
+        L.estimate(1, 1, 16, 128, ep=64, zero=1, **small)
+    with pytest.raises(ValueError, match=want):
+        L.plan_layouts(**small, n_gpus=2048)
+    with pytest.raises(ValueError, match=want):
+        plan(n_params=20e9, n_tokens=14.8e12, n_layers=61, d_model=7168, n_heads=128, n_gpus=2048,
+             gpu="H800", moe=DEEPSEEK_V3)
+    assert L.estimate(1, 1, 16, 128, ep=64, zero=1, **V3).fits      # 37e9 active: the published count holds

@@ -331,3 +331,16 @@ def test_storage_and_restart_are_the_clusters_inputs():
         plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, restart_seconds=-1)
     with pytest.raises(ValueError, match="storage_bytes_per_s"):
         plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, storage_bytes_per_s=0)
+
+
+def test_a_storage_rate_too_slow_to_save_names_storage_bytes_per_s_alone(capsys):
+    """Issue #43 item 24: storage_bytes_per_s=2.5 made the save take 3.9e11 s, and the refusal blamed
+    n_gpus (with restart_seconds and gpu_mtbf_seconds): on the command line eight flags were named,
+    none of them the one typed. The save outlasting the time between failures is the rate's fault."""
+    with pytest.raises(ValueError, match=r"^storage_bytes_per_s=2\.5: a checkpoint of 9\.8e\+11 bytes takes 3\.92e\+11 s"):
+        plan(n_params=70e9, n_tokens=15e12, n_gpus=2048, storage_bytes_per_s=2.5)
+    with pytest.raises(SystemExit) as exit_:
+        main(["plan", "--n-params", "70e9", "--n-tokens", "15e12", "--n-gpus", "2048", "--storage-bytes-per-s", "2.5"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "error: argument --storage-bytes-per-s: storage_bytes_per_s=2.5" in err
+    assert "--n-gpus" not in err.split("error:")[1]

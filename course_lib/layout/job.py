@@ -146,12 +146,24 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
                 flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
                 0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
-                _moe(moe, n_layers), block=choice("block", block, BLOCKS))
+                _moe(moe, n_layers, n_params), block=choice("block", block, BLOCKS))
 
 
-def _moe(moe, n_layers) -> MoE | None:
+def _moe(moe, n_layers, n_params) -> MoE | None:
+    """The mixture of experts, checked, and checked against ``n_params``: with ``moe`` the planner
+    reads ``n_params`` as the active parameters, so they must hold more than the experts a token
+    passes through (k routed and the shared ones in every MoE layer), or the dense rest
+    (attention, embeddings) would be negative. One rule for ``plan_layouts``, ``layout``,
+    ``estimate`` and ``plan``, which all build their job here."""
     if moe is None:
         return None
     if not isinstance(moe, MoE):
         raise ValueError(f"moe must be a course_lib.layout.MoE or None, got {moe!r:.40}")
-    return moe.checked(positive_int("n_layers", n_layers, maximum=_MAX_LAYERS))
+    moe = moe.checked(positive_int("n_layers", n_layers, maximum=_MAX_LAYERS))
+    experts = moe.moe_layers * (moe.top_k + moe.shared) * moe.expert_params
+    if positive("n_params", n_params) <= experts:
+        raise ValueError(f"n_params ({n_params!r}) must be more than the experts a token passes through: with "
+                         f"moe, n_params counts the active parameters, and {moe.moe_layers} MoE layers x "
+                         f"({moe.top_k} routed + {moe.shared} shared) experts of {moe.expert_params:.4g} parameters "
+                         f"are {experts:.4g} already, with nothing left for attention")
+    return moe

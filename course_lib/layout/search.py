@@ -152,8 +152,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
     want = (tp, cp, pp, dp, v, zero, mode, ep)
     first = None
-    if trim_first_last:
-        flag("trim_first_last", trim_first_last)
+    if flag("trim_first_last", trim_first_last):    # None or "yes" is refused, not read as False
         stage = math.ceil((job.L + 2) / pp)
         if pp < 3 or v > stage:
             raise ValueError(f"trim_first_last needs pp >= 3 (a first, a middle and a last stage) and "

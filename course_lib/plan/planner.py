@@ -143,6 +143,14 @@ def failure_budget(n_params: float, n_gpus: int, gpu_mtbf_seconds: float = LLAMA
                          f"average; a checkpoint can only be taken between steps, so each failure costs a "
                          f"restart and half a step, and no training progresses. Make a step shorter or the "
                          f"job's MTBF longer (gpu_mtbf_seconds)")
+    if good <= 0 and restart < mtbf <= restart + save / 2 and storage < n_gpus * _WRITER_BW:
+        # the save alone outlasts the time a restart leaves between failures, and the filesystem's
+        # rate (not the ranks' writers) sets the save: name the rate, not the GPUs
+        raise ValueError(f"storage_bytes_per_s={storage_bytes_per_s!r}: a checkpoint of {ckpt:.3g} bytes takes "
+                         f"{save:.3g} s to write at that rate, while the job fails every {mtbf:.3g} s on average, "
+                         f"less than a restart and half of that save take: no training progresses. Give the "
+                         f"filesystem's sustained write rate in bytes per second (Llama 3's Tectonic: "
+                         f"{_STORAGE_BW:.0e})")
     if good <= 0:
         raise ValueError(f"n_gpus={n_gpus}: the job fails every {mtbf / 60:.1f} minutes on average, less "
                          f"than a restart (restart_seconds={restart_seconds!r}) and half a checkpoint period "
