@@ -200,3 +200,32 @@ def test_the_ledger_states_the_computed_failure_count():
     text = claims.render(next(c for c in claims.CLAIMS if c.number == 20))
     assert "about 698" in text and "3.1 h" in text and "≈47k" in text
     assert claims.verdict_of(20) == "IMPRECISE" and next(c for c in claims.CLAIMS if c.number == 20).note == 2
+
+
+def test_an_asynchronous_save_loses_its_write_time_too_and_needs_the_storage_rate():
+    """Issue 43 item 9: Llama 3 405B checkpointing every ~19 s asynchronously. A checkpoint counts
+    once its write completes, so a failure loses half a period plus the write, not half a period;
+    and 6.48 TB every 19 s is ~340 GB/s of storage for this job alone."""
+    from course_lib.faults import arithmetic as fa
+    m = faults.cluster_mtbf(fa.LLAMA3_GPU_MTBF_S, 16_384)
+    total = 16 * 405e9
+    stall = fa.async_blocking_seconds(total, 16_384, 25e9)
+    write = fa.save_seconds(total, 16_384, 2e9, 2e12)
+    tau = faults.optimal_checkpoint_interval(stall, m)
+    assert 18 < tau < 20 and write == pytest.approx(3.24)
+    # lost per failure (tau + delta)/2 + delta + w: the write is in the waste, so goodput is lower
+    with_write = fa.async_goodput(tau, stall, write, 0.0, m)
+    assert with_write == pytest.approx(tau / (tau + stall) * (1 - ((tau + stall) / 2 + stall + write) / m))
+    assert with_write < faults.goodput(tau, stall, 0.0, m)
+    assert fa.async_goodput(tau, stall, 0.0, 0.0, m) == pytest.approx(
+        faults.goodput(tau, stall, 0.0, m) - tau / (tau + stall) * stall / m)
+    # the storage rate an interval needs, for this job alone
+    assert fa.storage_rate_needed(total, tau) == pytest.approx(total / tau)
+    assert 330e9 < fa.storage_rate_needed(total, tau) < 350e9
+    # a write longer than the interval would queue: refused, naming both
+    with pytest.raises(ValueError, match="write_seconds.*interval_seconds"):
+        fa.async_goodput(10.0, stall, 11.0, 0.0, m)
+    with pytest.raises(ValueError, match="write_seconds"):
+        fa.async_goodput(10.0, stall, -1.0, 0.0, m)
+    with pytest.raises(ValueError, match="interval_seconds"):
+        fa.storage_rate_needed(total, 0)

@@ -21,7 +21,8 @@ from .._validate import calculator, positive, positive_int
 
 __all__ = ["LLAMA3", "LLAMA3_GPU_MTBF_S", "cluster_mtbf", "implied_gpu_mtbf", "optimal_checkpoint_interval",
            "daly_checkpoint_interval", "goodput", "goodput_exponential", "expected_lost_seconds",
-           "checkpoint_bytes_per_rank", "save_seconds", "async_blocking_seconds", "simulate_goodput"]
+           "checkpoint_bytes_per_rank", "save_seconds", "async_blocking_seconds", "async_goodput",
+           "storage_rate_needed", "simulate_goodput"]
 
 # Llama 3 405B pre-training (Grattafiori et al. 2024, arXiv 2407.21783, §3.3.4 and Table 5): a
 # 54-day snapshot on 16,384 H100 GPUs had 466 job interruptions, 47 planned and 419 unexpected.
@@ -164,6 +165,36 @@ def async_blocking_seconds(checkpoint_bytes: float, n_ranks: int, copy_bandwidth
     within one checkpoint interval."""
     total = positive("checkpoint_bytes", checkpoint_bytes)
     return total / positive_int("n_ranks", n_ranks) / positive("copy_bandwidth", copy_bandwidth)
+
+
+@calculator
+def async_goodput(interval_seconds: float, stall_seconds: float, write_seconds: float,
+                  restart_seconds: float, mtbf_seconds: float) -> float:
+    """``goodput`` for an asynchronous save that stalls training ``stall_seconds`` (δ, the staging
+    copy) and then writes in the background for ``write_seconds`` (w). A checkpoint counts only once
+    its write has completed, so a failure at a uniformly random moment of a period P = τ + δ falls
+    back to the previous checkpoint whenever the latest has not finished, a chance (δ + w)/P: the
+    work lost per failure is P/2 + δ + w (τ/2 plus the write, for a short stall), not P/2:
+
+        goodput = τ/(τ + δ) · max(0, 1 − (R + (τ + δ)/2 + δ + w)/M).
+
+    The write must finish before the next save starts (w ≤ τ), else saves queue behind each other:
+    ``write_seconds`` longer than ``interval_seconds`` is refused, naming both."""
+    tau, d, r, m = _times(interval_seconds, stall_seconds, restart_seconds, mtbf_seconds)
+    w = positive("write_seconds", write_seconds, allow_zero=True)
+    if w > tau:
+        raise ValueError(f"write_seconds ({write_seconds!r}) is longer than interval_seconds "
+                         f"({interval_seconds!r}): the background write would not finish before the next save")
+    period = tau + d
+    return tau / period * max(0.0, 1.0 - (r + period / 2 + d + w) / m)
+
+
+@calculator
+def storage_rate_needed(checkpoint_bytes: float, interval_seconds: float) -> float:
+    """Bytes/s the filesystem must sustain, for this job alone, to write a checkpoint of
+    ``checkpoint_bytes`` every ``interval_seconds`` (each write done before the next starts). Set it
+    beside the share of the filesystem the job really gets: a cluster's aggregate rate is shared."""
+    return positive("checkpoint_bytes", checkpoint_bytes) / positive("interval_seconds", interval_seconds)
 
 
 @calculator
