@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..parallel.context import causal_attention
+from ..tensor_context.context import causal_attention
 from ..parallel.counting import CountingComm, as_comm
 from .ep import all_to_all
 
@@ -78,7 +78,7 @@ def ulysses_worker(ctx, *, batch: int = 1, heads: int = 4, seq_len: int = 32, he
 
     Every rank draws the same full tensors and output gradient. Returns the largest output and
     gradient gaps of each method (this rank's slice) and the bytes each sent, forward and backward."""
-    from ..parallel.context import RingComm, ring_attention, split_sequence
+    from ..tensor_context.context import RingComm, ring_attention, split_sequence
     p, r = ctx.world_size, ctx.rank
     g = torch.Generator().manual_seed(0)
     full = [torch.randn(batch, heads, seq_len, head_dim, generator=g) for _ in range(4)]
