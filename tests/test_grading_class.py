@@ -81,13 +81,36 @@ def test_one_notebook_per_student_and_chapter_is_graded(tmp_path):
         return next((c for c in ("ch01_flops", "ch02_scaling") if c[2:] in name), None)
     subs, skipped = discover(cls, chapter)
     assert [s.name for s in subs] == ["alice/01_flops.ipynb", "alice/02_scaling.ipynb", "carol-01_flops.ipynb",
-                                      "mallory/homework.ipynb", "mallory/try0-01_flops.ipynb"]
+                                      "mallory/homework.ipynb", "mallory/try0-01_flops.ipynb + 4 more"]
+    tries = [f"mallory/try{i}-01_flops.ipynb" for i in range(5)]
+    assert subs[-1].collision == tuple(tries) and not any(s.collision for s in subs[:-1])
     reasons = {s.entry: s.reason for s in skipped}
     assert reasons["alice/01_flops-draft.ipynb"] == classroom.ANOTHER.format(
         student="alice", chapter="ch01_flops", graded="alice/01_flops.ipynb")
-    assert sorted(reasons) == ["alice/01_flops-draft.ipynb"] + [f"mallory/try{i}-01_flops.ipynb" for i in range(1, 5)]
-    assert all("only mallory/try0-01_flops.ipynb is graded" in reasons[f"mallory/try{i}-01_flops.ipynb"]
-               for i in range(1, 5))
+    assert sorted(reasons) == ["alice/01_flops-draft.ipynb", *tries]   # none of mallory's five is graded
+    assert reasons[tries[0]].startswith("collides with mallory/try1-01_flops.ipynb, mallory/try2-01_flops.ipynb, "
+                                        "mallory/try3-01_flops.ipynb and 1 more: 5 notebooks of mallory's for ch01_flops")
+
+
+def test_two_flat_files_of_one_student_and_chapter_collide_and_neither_is_graded(tmp_path):
+    """Issue #43 item 23: `bob 01_flops.ipynb` (blank) and `bob-01_flops.ipynb` (real) were resolved
+    by sort order, the blank one graded and the real one skipped. Neither is named like the chapter,
+    so which counts cannot be told: one flag stands for both, each is skipped naming the other."""
+    cls = tmp_path / "class"
+    cls.mkdir()
+    for name in ("bob 01_flops.ipynb", "bob-01_flops.ipynb", "carol-01_flops.ipynb"):
+        (cls / name).write_text("{}")
+    for i in range(4):                                      # junk without a chapter: one row, not four
+        (cls / "dave" / f"junk{i}.ipynb").parent.mkdir(exist_ok=True)
+        (cls / "dave" / f"junk{i}.ipynb").write_text("{}")
+    subs, skipped = discover(cls, _chapter)
+    assert [(s.student, s.name, s.collision) for s in subs] == [
+        ("bob", "bob 01_flops.ipynb + bob-01_flops.ipynb", ("bob 01_flops.ipynb", "bob-01_flops.ipynb")),
+        ("carol", "carol-01_flops.ipynb", ()), ("dave", "dave/junk0.ipynb", ())]
+    reasons = {s.entry: s.reason for s in skipped}
+    assert reasons["bob 01_flops.ipynb"].startswith("collides with bob-01_flops.ipynb: 2 notebooks of bob's")
+    assert reasons["bob-01_flops.ipynb"].startswith("collides with bob 01_flops.ipynb: 2 notebooks of bob's")
+    assert reasons["dave/junk3.ipynb"] == classroom.NO_CHAPTER.format(student="dave", reported="dave/junk0.ipynb")
 
 
 def test_flat_file_student_is_its_name_without_the_chapter():
@@ -287,3 +310,62 @@ def test_every_report_writer_takes_any_name():
         text.encode("utf-8")                     # strict: no surrogate is left
         assert "m\\xffallory" in text.replace("\\\\", "\\") and "\\udc" not in text
     assert json.loads(texts[3])["skipped"][0]["entry"] == "m\\xffallory/notes.txt"
+
+
+@pytest.fixture(scope="module")
+def messy_run(tmp_path_factory):
+    """A real run over a class with two flat notebooks of bob's for one chapter (a blank one and the
+    real one) and a student folder holding 3,000 junk files beside a real notebook."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("the grader needs bubblewrap")
+    cls = tmp_path_factory.mktemp("messy") / "class"
+    (cls / "alice").mkdir(parents=True)
+    (cls / "carol").mkdir()
+    shutil.copy(MASTER, cls / "alice" / "fx_grading.ipynb")
+    shutil.copy(EXERCISE, cls / "bob fx_grading.ipynb")         # blank, sorts first
+    shutil.copy(MASTER, cls / "bob-fx_grading.ipynb")           # the real one
+    shutil.copy(MASTER, cls / "carol" / "fx_grading.ipynb")
+    for i in range(3000):
+        (cls / "carol" / f"junk{i:05d}.txt").write_bytes(b"")
+    out = tmp_path_factory.mktemp("grades")
+    return _fx_grade(cls, out), out
+
+
+def test_colliding_notebooks_are_flagged_for_the_instructor_not_resolved_by_name(messy_run):
+    """Issue #43 item 23a: neither of bob's two is graded; stderr, summary.md and grades.json say
+    which two collide, and bob's row for the chapter is an error that costs the run exit 1 (a
+    student's fault), never 3."""
+    proc, out = messy_run
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "skipped bob fx_grading.ipynb: collides with bob-fx_grading.ipynb: 2 notebooks of bob's" in proc.stderr
+    assert "skipped bob-fx_grading.ipynb: collides with bob fx_grading.ipynb" in proc.stderr
+    data = json.loads((out / "grades.json").read_text())
+    bob = next(n for n in data["notebooks"] if n["student"] == "bob")
+    assert bob["notebook"] == "bob fx_grading.ipynb + bob-fx_grading.ipynb" and bob["score"] == 0
+    assert bob["questions"][0]["message"].startswith(
+        "error: 2 notebooks for fx_grading (bob fx_grading.ipynb, bob-fx_grading.ipynb) and none named like the chapter")
+    assert bob["notes"] == ["2 notebooks of bob's for fx_grading collide (bob fx_grading.ipynb, bob-fx_grading.ipynb): "
+                            "none was graded; decide which one counts and grade it"]
+    assert not (out / "executed" / "bob fx_grading.ipynb").exists()       # neither ran
+    assert {s["entry"] for s in data["skipped"]} >= {"bob fx_grading.ipynb", "bob-fx_grading.ipynb"}
+    summary = (out / "summary.md").read_text()
+    assert "| bob fx_grading.ipynb | collides with bob-fx_grading.ipynb" in summary
+    assert "- bob fx_grading.ipynb + bob-fx_grading.ipynb: 2 notebooks of bob's for fx_grading collide" in summary
+    totals = {s["student"]: s["total"] for s in data["students"]}
+    assert totals == {"alice": 7, "bob": 0, "carol": 7}
+
+
+def test_thousands_of_junk_files_are_counted_not_listed(messy_run):
+    """Issue #43 item 23d: 50,000 junk files made a 3.6 MB summary.md, past a CI job summary's
+    limit (1 MiB on GitHub), and as many lines on stderr. Each student's skipped entries are
+    listed a few at a time, with how many more; grades.json keeps every one."""
+    proc, out = messy_run
+    summary = (out / "summary.md").read_bytes()
+    assert len(summary) < 20_000, len(summary)
+    text = summary.decode("utf-8")
+    assert "## Skipped (3,002)" in text and "| carol/junk00000.txt | not a notebook" in text
+    assert "| … | 2,995 more of carol's 3,000 skipped entries (grades.json lists every one) |" in text
+    assert "carol/junk00005.txt" not in text
+    assert len(proc.stderr.splitlines()) < 30 and "skipped 2,995 more of carol's 3,000" in proc.stderr
+    assert "skipped 3,002 entries of the class folder:" in proc.stdout and len(proc.stdout) < 20_000
+    assert len(json.loads((out / "grades.json").read_text())["skipped"]) == 3002

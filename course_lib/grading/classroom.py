@@ -13,9 +13,15 @@ followed, so a submission cannot point the grader at another student's or the gr
 hidden entries, files that are not notebooks, folders inside a student's folder, anything that is
 not a regular file or folder, and student folders without a notebook. A student is graded on one
 notebook per chapter (:data:`ANOTHER`): the one named like the chapter (``01_flops.ipynb``) if
-there is one, else the first by name. Grading every copy would let a student try several answers
-and keep the best, or hand in a hundred notebooks that each run to the time limit, hours of a
-class run that everyone waits for.
+there is one, else the only one. Grading every copy would let a student try several answers and
+keep the best, or hand in a hundred notebooks that each run to the time limit, hours of a class
+run that everyone waits for. Two or more for one chapter and none named like it (flat files
+``bob 01_flops.ipynb`` and ``bob-01_flops.ipynb``) *collide*: which one counts cannot be told, so
+none is graded; each is skipped naming the others (:data:`COLLIDES`) and the runner gives the
+student one ``(notebook)`` error row for the chapter (:attr:`Submission.collision`), for the
+instructor to resolve. Of a student's notebooks with no chapter id in their name, the first is
+reported (the runner fails it at once) and the others are skipped (:data:`NO_CHAPTER`), so a
+folder of junk costs the reports one line per student.
 
 :func:`grade_all` runs the submissions on ``jobs`` threads (each waits on its own sandboxed
 process, so threads keep the cores busy), with a tqdm progress bar on a terminal and nothing on a
@@ -40,11 +46,14 @@ _SEPARATORS = " -_.+"
 @dataclass(frozen=True)
 class Submission:
     """One notebook to grade: whose it is, where it is, and its name in the reports
-    (``alice/01_flops.ipynb`` in a student folder, the file name when flat)."""
+    (``alice/01_flops.ipynb`` in a student folder, the file name when flat). With ``collision``
+    (the names of a student's notebooks for one chapter, none named like it), not a notebook to
+    run but the flag that none of them is graded; ``path`` is the first of them."""
 
     student: str
     path: Path
     name: str
+    collision: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,16 @@ NESTED = "a folder inside a student's folder (only CLASS/STUDENT/*.ipynb is grad
 SPECIAL = "not a regular file or folder"
 EMPTY = "a student folder with no notebook (*.ipynb) in it"
 ANOTHER = "another notebook of {student}'s for {chapter}: only {graded} is graded (one notebook per student and chapter)"
+COLLIDES = ("collides with {names}: {count} notebooks of {student}'s for {chapter} and none named like the "
+            "chapter, so none is graded (which one counts cannot be told: keep one and grade again)")
+NO_CHAPTER = "another notebook of {student}'s with no chapter id in its name: only {reported} is reported"
+FEW = 3   # names listed where a message names a group of a student's files
+
+
+def few(names: list[str], limit: int = FEW) -> str:
+    """``a, b, c and 4 more``: at most ``limit`` names of a group, and how many more."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
 
 
 def default_jobs() -> int:
@@ -146,25 +165,35 @@ def discover(directory: Path, chapter_of: Callable[[str], str | None]) -> tuple[
 
 def _one_per_chapter(subs: list[Submission], skipped: list[Skipped], chapter_of: Callable[[str], str | None]
                      ) -> tuple[list[Submission], list[Skipped]]:
-    """Keep one notebook per (student, chapter), preferring the one named exactly like the chapter;
-    the others become skipped entries naming the one graded. A notebook whose chapter cannot be told
-    is kept: the runner fails it at once, without running it."""
+    """Keep one notebook per (student, chapter): the one named exactly like the chapter, else the
+    only one; several and none named like it collide (one flag in their place, each skipped
+    naming the others). Of a student's notebooks whose chapter cannot be told, the first is kept
+    (the runner fails it at once, without running it) and the others are skipped."""
     def canonical(s: Submission, chapter: str) -> bool:
         return s.path.name.lower() in (f"{short_id(chapter)}.ipynb", f"{chapter}.ipynb")
 
-    groups: dict[tuple[str, str], list[Submission]] = {}
+    groups: dict[tuple[str, str | None], list[Submission]] = {}
     for s in subs:
-        chapter = chapter_of(s.path.name)
-        if chapter is not None:
-            groups.setdefault((s.student, chapter), []).append(s)
-    dropped: set[Submission] = set()
+        groups.setdefault((s.student, chapter_of(s.path.name)), []).append(s)
+    keep: dict[Submission, Submission] = {}    # first of a group -> what stands for the group
     for (student, chapter), group in groups.items():
-        graded = next((s for s in group if canonical(s, chapter)), group[0])
-        for s in group:
-            if s is not graded:
-                dropped.add(s)
-                skipped.append(Skipped(s.name, ANOTHER.format(student=student, chapter=chapter, graded=graded.name)))
-    return [s for s in subs if s not in dropped], skipped
+        if len(group) == 1:
+            keep[group[0]] = group[0]
+            continue
+        graded = group[0] if chapter is None else next((s for s in group if canonical(s, chapter)), None)
+        if graded is not None:
+            keep[graded] = graded
+            why = ANOTHER if chapter is not None else NO_CHAPTER
+            skipped += [Skipped(s.name, why.format(student=student, chapter=chapter, graded=graded.name,
+                                                   reported=graded.name)) for s in group if s is not graded]
+            continue
+        names = [s.name for s in group]
+        keep[group[0]] = Submission(student, group[0].path, f"{names[0]} + " + (
+            names[1] if len(names) == 2 else f"{len(names) - 1} more"), tuple(names))
+        skipped += [Skipped(s.name, COLLIDES.format(count=len(names), student=student, chapter=chapter,
+                                                    names=few([n for n in names if n != s.name])))
+                    for s in group]
+    return [keep[s] for s in subs if s in keep], skipped
 
 
 def grade_all(items: list[T], grade: Callable[[T], object], jobs: int, *, label: str = "grading") -> list:

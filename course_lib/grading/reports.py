@@ -15,6 +15,38 @@ from course_lib.grading.grades import NotebookGrade
 from course_lib.grading.values import fmt_points, shown
 
 
+FEW_SKIPPED = 5      # skipped entries listed per student (or the class folder's own) in a report
+MOST_SKIPPED = 100   # skipped entries listed in all: 50,000 junk files must not make a summary.md
+                     # past a CI job summary's limit (1 MiB on GitHub); grades.json keeps every one
+
+
+def skipped_listing(skipped: list[Skipped]) -> list[tuple[str, str] | str]:
+    """What a report shows of the skipped entries: ``(entry, reason)`` for at most
+    :data:`FEW_SKIPPED` per student (the first part of the entry's path; the class folder's own
+    entries together) and :data:`MOST_SKIPPED` in all, escaped, and in place of the rest a line
+    saying how many more were skipped and whose."""
+    owners: dict[str, list[Skipped]] = {}
+    for s in skipped:
+        head, sep, _ = s.entry.partition("/")
+        owners.setdefault(head if sep else "", []).append(s)
+    out: list[tuple[str, str] | str] = []
+    listed = rest = rest_owners = 0
+    for owner, entries in owners.items():
+        take = min(len(entries), FEW_SKIPPED, MOST_SKIPPED - listed)
+        out += [(gradebook.printable(s.entry), gradebook.printable(s.reason)) for s in entries[:take]]
+        listed += take
+        if take == 0:
+            rest, rest_owners = rest + len(entries), rest_owners + 1
+        elif take < len(entries):
+            whose = f"{gradebook.printable(owner)}'s" if owner else "the class folder's own"
+            out.append(f"{len(entries) - take:,} more of {whose} {len(entries):,} skipped entries "
+                       "(grades.json lists every one)")
+    if rest:
+        out.append(f"{rest:,} more skipped entries of {rest_owners:,} more students or folders "
+                   "(grades.json lists every one)")
+    return out
+
+
 def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] = ()) -> str:
     head = ("notebook", "question", "points", "score", "message")
     rows = [(g.name, r.qid, fmt_points(r.points), fmt_points(r.score), r.message)
@@ -31,8 +63,8 @@ def table(grades: list[NotebookGrade], pass_mark: float, skipped: list[Skipped] 
         lines += [f"  note: {n}" for n in g.notes]
     lines += ["", "per student:", *gradebook.students_table(grades)]
     if skipped:
-        lines += ["", f"skipped {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} of the class folder:"]
-        lines += [f"  {gradebook.printable(s.entry)}: {gradebook.printable(s.reason)}" for s in skipped]
+        lines += ["", f"skipped {len(skipped):,} entr{'y' if len(skipped) == 1 else 'ies'} of the class folder:"]
+        lines += [f"  {x[0]}: {x[1]}" if isinstance(x, tuple) else f"  ... {x}" for x in skipped_listing(skipped)]
     n_fail = sum(g.percent < pass_mark for g in grades)
     lines.append(f"{len(grades)} notebook(s) graded, {n_fail} below the pass mark of {fmt_points(pass_mark)}%.")
     return shown("\n".join(lines))
@@ -54,8 +86,9 @@ def summary_markdown(grades: list[NotebookGrade], pass_mark: float, skipped: lis
         lines += ["", "Notes for the instructor:", "", *notes]
     lines += ["", "## Students", "", *gradebook.students_markdown(grades, _md)]
     if skipped:
-        lines += ["", "## Skipped", "", "| entry | reason |", "|---|---|"]
-        lines += [f"| {_md(gradebook.printable(s.entry))} | {_md(gradebook.printable(s.reason))} |" for s in skipped]
+        lines += ["", f"## Skipped ({len(skipped):,})", "", "| entry | reason |", "|---|---|"]
+        lines += [f"| {_md(x[0])} | {_md(x[1])} |" if isinstance(x, tuple) else f"| … | {_md(x)} |"
+                  for x in skipped_listing(skipped)]
     lines += ["", "## Questions"]
     lines += ["", "| notebook | question | points | score | message |", "|---|---|---:|---:|---|"]
     for g in grades:

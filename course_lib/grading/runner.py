@@ -34,12 +34,12 @@ from pathlib import Path
 from course_lib.grading import remote, sandbox
 from course_lib.grading._notebook import TooLarge, read_capped
 from course_lib.grading.checker import available_chapters, load_bank
-from course_lib.grading.classroom import Submission, default_jobs, discover, grade_all, short_id
+from course_lib.grading.classroom import Submission, default_jobs, discover, few, grade_all, short_id
 from course_lib.grading.copies import copy_note
 from course_lib.grading.grades import NotebookGrade, Row
 from course_lib.grading.i18n import LANG_ENV, msg, render
 from course_lib.grading.question import Question
-from course_lib.grading.reports import write_reports
+from course_lib.grading.reports import skipped_listing, write_reports
 from course_lib.grading.sandbox import INSIDE, STARTUP_LIMIT, Sandbox
 from course_lib.grading.scoring import Answers, Options, one_line, read_jsonl, reason, score_answer
 from course_lib.grading.values import printable
@@ -226,6 +226,22 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
     return g
 
 
+def collision_grade(s: Submission, opts: Options) -> NotebookGrade:
+    """The flag for a student's notebooks of one chapter of which none is named like it
+    (:attr:`~course_lib.grading.classroom.Submission.collision`): one error row, none of them run,
+    and a note for the instructor naming them."""
+    chapter = opts.chapter or chapter_for(s.path.name) or "?"
+    names = few(list(s.collision))
+    g = _fail(s.name, chapter, render(msg("error: {count} notebooks for {chapter} ({names}) and none named like the "
+                                          "chapter: none is graded, since which one counts cannot be told; keep one "
+                                          "and grade again", count=len(s.collision), chapter=chapter, names=names),
+                                      opts.lang))
+    g.student = s.student
+    g.notes.append(printable(f"{len(s.collision)} notebooks of {s.student}'s for {chapter} collide ({names}): "
+                             "none was graded; decide which one counts and grade it"))
+    return g
+
+
 def grader_errors(grades: list[NotebookGrade]) -> list[NotebookGrade]:
     """The submissions the grader could not run through no fault of theirs."""
     return [g for g in grades if any(r.qid == "(notebook)" and r.message.startswith(GRADER_ERROR) for r in g.rows)]
@@ -245,8 +261,8 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
         print(f"error: not a folder: {printable(directory, None)}", file=sys.stderr)
         return 2
     subs, skipped = discover(directory, lambda name: opts.chapter or chapter_for(name))
-    for s in skipped:
-        print(f"skipped {printable(s.entry, None)}: {printable(s.reason, None)}", file=sys.stderr)
+    for x in skipped_listing(skipped):   # at most a few per student: a folder of junk is one line
+        print(f"skipped {x[0]}: {x[1]}" if isinstance(x, tuple) else f"skipped {x}", file=sys.stderr)
     if not subs:
         print(f"no notebooks (*.ipynb) in {printable(directory, None)} or its student folders", file=sys.stderr)
         return 2
@@ -273,6 +289,8 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
           file=sys.stderr, flush=True)
 
     def one(s: Submission) -> NotebookGrade:
+        if s.collision:
+            return collision_grade(s, opts)
         g = grade_notebook(s.path, outdir, opts, s.name, s.student)
         try:
             note = copy_note(s.path, Path(solutions), g.chapter) if solutions is not None and g.chapter != "?" else None
