@@ -10,12 +10,17 @@ and the whole run have timeouts, the collectives' shorter than the run's; if any
 ``launch`` raises ``RankError`` carrying that rank's traceback; a rank that died (its exit code or
 signal) is named before the peers that only lost it; a rank that hangs is named, with what it was
 doing (each rank stamps its progress, :mod:`course_lib.dist_progress`), instead of the peers that
-timed out waiting for it; and no process outlives the call, whatever happens: each rank leads its
-own process group, killed whole when the run ends, so what a rank started goes with it (and the
-ranks die if the launching process dies).
+timed out waiting for it; and no process outlives the call, whatever happens: a rank and all it
+started are killed when the run ends, a child in a session of its own and a double-forked daemon
+included (:mod:`course_lib.dist_reap`: each rank is a child subreaper, and the launcher kills each
+rank's whole tree); a SIGTERM to the launching process stops the run as Ctrl-C does, then ends the
+process as it would have ended. If the launching process is killed outright (SIGKILL), the ranks
+die with it, but what they started in sessions of their own can outlive them.
 
 A worker is any importable module-level function, or a function defined in a notebook: its
 source is shipped to the ranks and executed there, so it must import what it uses inside itself.
+A lambda, a closure, a function defined inside another, and a notebook function that uses the
+notebook's names are refused before any process starts: the ranks could not run them as written.
 The same worker runs unchanged under ``torchrun -m course_lib.dist module:function``.
 """
 from __future__ import annotations
@@ -37,7 +42,7 @@ from . import dist_progress
 from .dist_errors import (_GRACE_S, _MAIN_HINT, _UNGUARDED_MAIN_EXIT, _WAITED, RankError, RankHung, _blame, _hang,
                           _waited)
 from .dist_rank import RankContext, _make_context, _rank_main, _resolve, _worker_spec
-from .dist_reap import kill_groups
+from .dist_reap import POLL_S, SigtermStopsTheRun, Tracker, kill_groups
 
 __all__ = ["RankContext", "RankError", "RankHung", "launch", "free_port", "default_backend", "run_from_env"]
 
@@ -67,14 +72,13 @@ def default_backend(world_size: int) -> str:
     return "gloo"
 
 
-def _stop(procs: list) -> None:
-    """Terminate, then kill, every process still alive, and reap them all (a process that
-    never started, because starting an earlier one failed, is skipped); then kill what is left of
-    each rank's process group: the processes the ranks started, which outlive a rank that exits."""
+def _stop(procs: list, tracker: Tracker) -> None:
+    """Kill every rank still running with all it started, and what the tracker recorded of the
+    ranks that ended (:mod:`course_lib.dist_reap`); reap the ranks (a process that never started,
+    because starting an earlier one failed, is skipped); then kill what is left of each rank's
+    process group: the processes the ranks started, which outlive a rank that exits."""
+    tracker.stop()
     procs = [p for p in procs if p.pid is not None]
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
     deadline = time.monotonic() + 3.0
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -110,7 +114,11 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
     rank raises or dies (a rank that died is named before the peers that lost it), ``RankHung``
     (a ``TimeoutError``) naming the rank that stopped making progress and what it was doing
     (from each rank's progress stamps, :mod:`course_lib.dist_progress`), and ``ValueError`` for
-    bad arguments. Every rank, and every process a rank started, is stopped before this returns.
+    bad arguments or a worker the ranks could not run (a lambda, a closure, a nested function, a
+    notebook function using the notebook's names). Every rank, and every process a rank started,
+    is stopped before this returns, also when this process gets SIGTERM meanwhile (in the main
+    thread, where Python runs signal handlers): the run is stopped first, then the signal is
+    delivered as if the launch had not been there.
     """
     if getattr(mp.current_process(), "_inheriting", False):
         # This process is a rank still importing the launching script, which calls launch() at
@@ -140,40 +148,48 @@ def launch(worker: Callable, world_size: int = 2, *, backend: str | None = None,
                          args=(r, world_size, port, backend, collective_timeout, threads, spec, kwargs, w,
                                stamps, timeout))
              for r, (_, w) in enumerate(pipes)]
-    try:
-        for p, (_, w) in zip(procs, pipes):
-            p.start()
-            w.close()   # the rank holds the only writer now: its death reads as end-of-file here
-        deadline = time.monotonic() + timeout
-        reports = _collect(procs, [r for r, _ in pipes], deadline, timeout,
-                           lambda pending, reports: _hang(pending, reports, dist_progress.read(stamps, world_size),
-                                                          timeout=timeout, collective_timeout=collective_timeout))
-        for p in procs:
-            p.join(timeout=max(1.0, deadline - time.monotonic()))
-        return [pickle.loads(reports[r][1]) for r in range(world_size)]
-    finally:
-        _stop(procs)
-        for reader, writer in pipes:
-            reader.close()
-            writer.close()
-        del store
+    tracker = Tracker()
+    # SIGTERM stops the run as Ctrl-C does, then ends the caller as it would have ended
+    with SigtermStopsTheRun(lambda: _stop(procs, tracker)) as run:
+        try:
+            for p, (_, w) in zip(procs, pipes):
+                p.start()
+                tracker.add_rank(p.pid)
+                w.close()   # the rank holds the only writer now: its death reads as end-of-file here
+            deadline = time.monotonic() + timeout
+            reports = _collect(procs, [r for r, _ in pipes], deadline, timeout,
+                               lambda pending, reports: _hang(pending, reports, dist_progress.read(stamps, world_size),
+                                                              timeout=timeout, collective_timeout=collective_timeout),
+                               tick=tracker.poll)
+            for p in procs:
+                p.join(timeout=max(1.0, deadline - time.monotonic()))
+            return [pickle.loads(reports[r][1]) for r in range(world_size)]
+        finally:
+            run.stop()
+            for reader, writer in pipes:
+                reader.close()
+                writer.close()
+            del store
 
 
 def _collect(procs: list, readers: list, deadline: float, timeout: float,
-             hang: Callable[[list[int], dict], Exception]) -> dict[int, tuple]:
+             hang: Callable[[list[int], dict], Exception], tick: Callable[[], None] = lambda: None,
+             ) -> dict[int, tuple]:
     """Every rank's report, or the error that says which rank to blame.
 
     A rank is done when its report arrives or its pipe closes without one (it died). After the
     first failure the others get ``_GRACE_S`` more to report or die: a peer's "connection closed"
     error often arrives before the dead rank's exit is seen, and must not be blamed. When no rank
     died or raised an error of its own (the errors only say that they waited for a peer),
-    ``hang(still_running, reports)`` makes the error that names the rank that hung."""
+    ``hang(still_running, reports)`` makes the error that names the rank that hung. ``tick()`` is
+    called at least every ``dist_reap.POLL_S`` while it waits."""
     reports: dict[int, tuple] = {}
     died: list[int] = []
     pending = dict(enumerate(readers))
     failed, until = False, deadline
     while pending and time.monotonic() < until:
-        ready = mp_connection.wait(list(pending.values()), timeout=until - time.monotonic())
+        ready = mp_connection.wait(list(pending.values()), timeout=min(POLL_S, until - time.monotonic()))
+        tick()
         for r in [r for r, conn in pending.items() if conn in ready]:
             try:
                 reports[r] = pending.pop(r).recv()

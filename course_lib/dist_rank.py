@@ -7,18 +7,24 @@ The launching side (starting the ranks, collecting their reports, naming the one
 """
 from __future__ import annotations
 
+import builtins
 import ctypes
 import datetime
+import dis
 import importlib
 import inspect
 import os
 import pickle
 import signal
+import sys
 import textwrap
 import traceback
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from . import dist_reap
 
 __all__ = ["RankContext"]
 
@@ -40,18 +46,71 @@ class RankContext:
 
 
 def _worker_spec(worker: Callable) -> tuple[str, str, str]:
-    """How a rank finds ``worker``: by import path, or by source for notebook-defined functions."""
+    """How a rank finds ``worker``: by import path, or by source for notebook-defined functions.
+
+    Refused here, before any process starts, with what to do instead: a lambda (its source is the
+    whole line it is on, the call to ``launch`` included, which every rank would run), a closure
+    (the ranks would not have its variables), a function defined inside another (the ranks cannot
+    import it), and a notebook function that uses the notebook's names (its source alone is shipped)."""
     if not callable(worker) or not hasattr(worker, "__qualname__"):
         raise ValueError(f"worker must be a function, got {worker!r}")
+    name, code = worker.__qualname__, getattr(worker, "__code__", None)
+    if getattr(worker, "__name__", None) == "<lambda>":
+        where = f" (at {code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+        raise ValueError(f"worker <lambda>{where} is a lambda: the ranks can neither import it nor run its source, "
+                         f"which is the whole line it is written on (the call to launch included); define it with "
+                         f"def at module level, in a module the ranks can import or in a notebook cell")
     module = getattr(worker, "__module__", None)
-    if module and module != "__main__" and "<locals>" not in worker.__qualname__:
-        return ("ref", module, worker.__qualname__)
+    if module and module != "__main__" and _found(module, name) in (worker, None):
+        return ("ref", module, name)   # importable (a decorated function included: found by its name)
+    if getattr(worker, "__closure__", None):
+        names = ", ".join(code.co_freevars)
+        raise ValueError(f"worker {name!r} uses {names} from the function it is defined in, which the ranks "
+                         f"do not have: define the worker at module level (in a module the ranks can import, "
+                         f"or a notebook cell) and pass {names} as keyword arguments: launch(worker, n, "
+                         f"{code.co_freevars[0]}=...)")
+    if "<locals>" in name or module not in (None, "__main__"):
+        where = ("is defined inside a function" if "<locals>" in name
+                 else f"is not what {module}.{name} names, where the ranks would look for it")
+        raise ValueError(f"worker {name!r} {where}, so the ranks cannot import it: define it at module level "
+                         f"(in a module the ranks can import, or a notebook cell)")
     try:
         source = textwrap.dedent(inspect.getsource(worker))
     except (OSError, TypeError) as exc:
-        raise ValueError(f"worker {worker.__qualname__!r} is neither importable nor has source "
+        raise ValueError(f"worker {name!r} is neither importable nor has source "
                          f"that can be shipped to the ranks") from exc
+    outside = sorted(_globals_used(code) - set(dir(builtins)) - {worker.__name__, "__name__"}) if code else []
+    if outside:
+        raise ValueError(f"worker {name!r} uses {', '.join(outside)} from the notebook or script it is defined in: "
+                         f"its source alone is shipped to the ranks, which do not have them; import them inside "
+                         f"the function (or pass values as keyword arguments), or define the worker in a module")
     return ("src", source, worker.__name__)
+
+
+def _found(module: str, qualname: str) -> Any:
+    """What ``module.qualname`` is in this process (``None`` if the module is not loaded here)."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, _MISSING)
+    return obj
+
+
+_MISSING = object()
+
+
+def _globals_used(code) -> set[str]:
+    """The global names a function's code (its nested functions' and comprehensions' included) reads
+    and does not itself assign with ``global``."""
+    ops = [i for c in _codes(code) for i in dis.get_instructions(c)]
+    stored = {i.argval for i in ops if i.opname in ("STORE_GLOBAL", "DELETE_GLOBAL")}
+    return {i.argval for i in ops if i.opname == "LOAD_GLOBAL"} - stored
+
+
+def _codes(code):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
 
 
 def _resolve(spec: tuple[str, str, str]) -> Callable:
@@ -87,7 +146,8 @@ def _make_context(rank: int, world_size: int, local_rank: int, backend: str):
 
 def _own_process_group() -> None:
     """Lead a process group of its own, which every process this rank starts joins (unless it
-    asks for a new session): the launcher kills the whole group, so none outlives the run."""
+    asks for a new session): the launcher kills the whole group, so none outlives the run (those in
+    new sessions are found as this rank's descendants, :mod:`course_lib.dist_reap`)."""
     try:
         os.setpgid(0, 0)
     except (AttributeError, OSError):   # not POSIX: only the rank itself is stopped
@@ -106,6 +166,7 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
     error reaches the launcher ahead of the errors its exit causes in the other ranks."""
     _die_with_parent()
     _own_process_group()
+    dist_reap.become_subreaper()   # orphans of what the worker starts stay in this rank's tree
     work_ended = lambda: None  # noqa: E731
     if progress is not None:
         from . import dist_progress
@@ -140,3 +201,5 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, timeout_s: f
             dist.destroy_process_group()
     except BaseException:  # the set-up failed (the launcher reads only a rank's first report)
         conn.send(("error", traceback.format_exc()))
+    finally:
+        dist_reap.stop_own_tree()   # what the worker started (daemons and new sessions included) ends here

@@ -201,18 +201,69 @@ def mismatched_collectives(ctx):
     return t.tolist()
 
 
-def start_child_then(ctx, folder, then, bad_rank=1):
-    """Rank ``bad_rank`` starts a ``sleep 1000`` process, writes its pid to ``folder``/child.pid,
-    then ``then``: "raise" (a ZeroDivisionError), "hang" (sleeps forever) or "return"."""
+def _write_pid(path, pid):
+    with open(path + ".tmp", "w") as f:
+        f.write(str(pid))
+    os.replace(path + ".tmp", path)
+
+
+# A daemon the classic way: fork, the parent exits; setsid; fork again, the session leader exits.
+# What is left is in a session of its own and an orphan; it writes its pid, then becomes `sleep`.
+_DAEMON = ("import os, sys\n"
+           "if os.fork(): os._exit(0)\n"
+           "os.setsid()\n"
+           "if os.fork(): os._exit(0)\n"
+           "path = sys.argv[1]\n"
+           "open(path + '.tmp', 'w').write(str(os.getpid()))\n"
+           "os.replace(path + '.tmp', path)\n"
+           "os.execvp('sleep', ['sleep', '1000'])\n")
+
+
+def start_child_then(ctx, folder, then, how="plain", bad_rank=1):
+    """Every rank writes its pid to ``folder``/rank<r>.pid; rank ``bad_rank`` starts a ``sleep 1000``
+    process, writes its pid to ``folder``/child.pid, then ``then``: "raise" (a ZeroDivisionError),
+    "hang" (sleeps forever), "return", or "die" (exits with code 3 a second later, reporting nothing).
+    ``how`` the child is started: "plain" (a child in the rank's process group), "session" (in a
+    session of its own, ``start_new_session=True``) or "daemon" (a double-forked daemon)."""
     import subprocess
+    import sys
+    _write_pid(os.path.join(folder, f"rank{ctx.rank}.pid"), os.getpid())
     if ctx.rank == bad_rank:
-        child = subprocess.Popen(["sleep", "1000"])
         path = os.path.join(folder, "child.pid")
-        with open(path + ".tmp", "w") as f:
-            f.write(str(child.pid))
-        os.replace(path + ".tmp", path)
+        if how == "daemon":
+            subprocess.run([sys.executable, "-c", _DAEMON, path], check=True)
+            while not os.path.exists(path):   # written by the daemon itself, once it is one
+                time.sleep(0.01)
+        else:
+            child = subprocess.Popen(["sleep", "1000"], start_new_session=how == "session")
+            _write_pid(path, child.pid)
         if then == "raise":
             raise ZeroDivisionError(f"deliberate failure on rank {ctx.rank}")
         if then == "hang":
             time.sleep(3600)
+        if then == "die":
+            time.sleep(1.0)   # a rank that runs on a while (longer than the launcher's poll), then dies
+            os._exit(3)
     return ctx.rank
+
+
+def wait_for_release(ctx, folder):
+    """Every rank writes its pid to ``folder``/rank<r>.pid, then waits (up to 120 s) for
+    ``folder``/release to exist."""
+    _write_pid(os.path.join(folder, f"rank{ctx.rank}.pid"), os.getpid())
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(folder, "release")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return ctx.rank
+
+
+def make_closure_worker(k):
+    def closure_worker(ctx):
+        return ctx.rank + k
+    return closure_worker
+
+
+def make_nested_worker():
+    def nested_worker(ctx):
+        return ctx.rank
+    return nested_worker

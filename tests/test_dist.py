@@ -109,20 +109,186 @@ def test_a_deadlock_names_every_rank_and_its_collective():
     assert msg.count("last seen in torch.distributed.broadcast (called from mismatched_collectives") == 2, msg
 
 
-@pytest.mark.parametrize("then, error", [("raise", dist.RankError), ("hang", dist.RankHung), ("return", None)])
-def test_no_process_a_rank_started_outlives_the_launch(tmp_path, then, error):
-    # rank 1 starts `sleep 1000`; whether it then raises, hangs or returns, its child (orphaned
-    # when the rank exits) is killed with the rank's process group before launch comes back
-    kwargs = dict(world_size=2, timeout=5, folder=str(tmp_path), then=then)
+def _wait_gone(pids, seconds=30.0):
+    """The pids still running after waiting, up to ``seconds``, for all of them to end."""
+    deadline = time.monotonic() + seconds
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _alive(pids)
+
+
+def _wait_for(paths, seconds=120.0):
+    deadline = time.monotonic() + seconds     # a loaded machine takes a while to start ranks
+    while not all(p.exists() for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [int(p.read_text()) for p in paths if p.exists()]
+
+
+@pytest.mark.parametrize("how", ["plain", "session", "daemon"])
+@pytest.mark.parametrize("then, error", [("raise", dist.RankError), ("hang", dist.RankHung), ("return", None),
+                                         ("die", dist.RankError)])
+def test_no_process_a_rank_started_outlives_the_launch(tmp_path, how, then, error):
+    # rank 1 starts `sleep 1000` (in its process group, in a session of its own, or as a
+    # double-forked daemon that init would adopt); whether it then raises, hangs, returns or dies,
+    # that process is killed before launch comes back
+    kwargs = dict(world_size=2, timeout=5 if then == "hang" else 60, folder=str(tmp_path), then=then, how=how)
     if error is None:
         assert dist.launch(start_child_then, **kwargs) == [0, 1]
     else:
         with pytest.raises(error) as info:
             dist.launch(start_child_then, **kwargs)
         assert info.value.rank == 1
+        if then == "die":
+            assert "exited with code 3" in str(info.value)
     child = int((tmp_path / "child.pid").read_text())
-    assert not _alive([child]), f"{then}: the rank's child {child} is still running"
+    assert not _alive([child]), f"{how}, {then}: the rank's child {child} is still running"
     assert not _ranks_left()
+
+
+@pytest.mark.parametrize("handler, how, code", [("default", "plain", -15), ("exits", "session", 5)])
+def test_sigterm_to_the_launching_process_stops_everything_then_terminates_it(tmp_path, handler, how, code):
+    """SIGTERM to the caller (a scheduler, `kill`, a kernel shutdown) cleans up as Ctrl-C does, then
+    ends it as it would have ended: killed by SIGTERM, or by its own SIGTERM handler's exit."""
+    import signal
+    import subprocess
+    import sys
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import signal, sys\n"
+        f"sys.path.insert(0, {str(os.path.dirname(__file__))!r})\n"
+        "from course_lib import dist\n"
+        "from dist_workers import start_child_then\n"
+        "if __name__ == '__main__':\n"
+        f"    if {handler!r} == 'exits':\n"
+        "        signal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n"
+        f"    dist.launch(start_child_then, world_size=2, folder={str(tmp_path)!r}, then='hang', how={how!r},\n"
+        "                timeout=300)\n"
+        "    print('launch returned')\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        pids = _wait_for([tmp_path / "rank0.pid", tmp_path / "rank1.pid", tmp_path / "child.pid"])
+        assert len(pids) == 3 and len(_alive(pids[1:])) == 2    # rank 1 hangs, its child runs
+        parent.send_signal(signal.SIGTERM)
+        out, _ = parent.communicate(timeout=120)
+    finally:
+        parent.kill()                       # a failed test leaves no launching process behind
+    assert parent.returncode == code and b"launch returned" not in out
+    assert not _wait_gone(pids), "ranks or the rank's child outlived a SIGTERM to the launching process"
+
+
+def test_the_caller_is_never_a_subreaper_and_gets_its_sigterm_handler_back(tmp_path):
+    """The caller is often a notebook kernel: were it a child subreaper, it would adopt the orphans
+    of every program it runs and, never reaping them, fill up with zombies. While a launch runs, a
+    daemon the caller's other code starts is not its child, and SIGTERM is the launch's to handle;
+    afterwards the caller's own handler is back."""
+    import ctypes
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from dist_workers import _DAEMON, wait_for_release
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def subreaper():
+        flag = ctypes.c_int(-1)
+        assert libc.prctl(37, ctypes.byref(flag), 0, 0, 0) == 0   # PR_GET_CHILD_SUBREAPER
+        return flag.value
+
+    seen = {}
+
+    def meanwhile():
+        try:
+            _wait_for([tmp_path / "rank0.pid", tmp_path / "rank1.pid"])
+            seen["handler"] = signal.getsignal(signal.SIGTERM)
+            seen["subreaper"] = subreaper()
+            path = tmp_path / "daemon.pid"
+            subprocess.run([sys.executable, "-c", _DAEMON, str(path)], check=True)
+            daemon = _wait_for([path])[0]
+            seen["daemon_parent"] = psutil.Process(daemon).ppid()
+            os.kill(daemon, signal.SIGKILL)
+        finally:
+            (tmp_path / "release").write_text("")
+
+    before = signal.getsignal(signal.SIGTERM)
+    helper = threading.Thread(target=meanwhile, daemon=True)
+    helper.start()
+    assert dist.launch(wait_for_release, world_size=2, folder=str(tmp_path), timeout=150) == [0, 1]
+    helper.join()
+    assert seen["subreaper"] == 0 == subreaper()
+    assert seen["daemon_parent"] != os.getpid()
+    assert seen["handler"] is not before              # SIGTERM would have stopped the run first
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_pid_given_again_to_another_process_is_not_killed():
+    """The launcher kills what it recorded of a rank's tree by pid and start time: a pid the system
+    gave to a new process since is that process's, and left alone."""
+    import subprocess
+
+    from course_lib import dist_reap
+    other = subprocess.Popen(["sleep", "1000"])
+    try:
+        start = dist_reap.identify([other.pid])[other.pid]
+        dist_reap.stop_trees({other.pid: start + 1})
+        assert _alive([other.pid])
+        dist_reap.stop_trees({other.pid: start})
+        assert other.wait(timeout=30) == -9
+    finally:
+        other.kill()
+
+
+def test_without_prctl_or_proc_the_reaper_does_what_it_can(monkeypatch):
+    """Not Linux: no subreaper (the process groups still catch a rank's ordinary children), and no
+    /proc: no tree to read, nothing killed by mistake."""
+    from types import SimpleNamespace
+
+    from course_lib import dist_reap
+    monkeypatch.setattr(dist_reap.ctypes, "CDLL", lambda *a, **k: SimpleNamespace())
+    assert dist_reap.become_subreaper() is False
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+    monkeypatch.setattr(dist_reap.os, "listdir", no_proc)
+    assert dist_reap.identify([os.getpid()]) == {} and dist_reap.group_members({os.getpgid(0)}) == []
+    dist_reap.stop_trees({os.getpid(): 0})
+
+
+def test_a_lambda_worker_is_refused_before_any_process_starts(monkeypatch):
+    # its source is the caller's whole line: every rank ran `dist.launch(...)` itself, and then
+    # failed to find a function named "<lambda>"
+    monkeypatch.setattr(dist, "_mp_context", lambda: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match=r"worker <lambda> .* is a lambda.*define it with def at module level"):
+        dist.launch(lambda ctx: ctx.rank, 2)
+
+
+def test_a_closure_or_nested_worker_is_refused_naming_what_it_would_lose(monkeypatch):
+    from dist_workers import make_closure_worker, make_nested_worker
+    monkeypatch.setattr(dist, "_mp_context", lambda: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match=r"worker 'make_closure_worker.<locals>.closure_worker' uses k from the "
+                                         r"function it is defined in.*at module level.*keyword argument"):
+        dist.launch(make_closure_worker(1), 2)
+    with pytest.raises(ValueError, match=r"worker 'make_nested_worker.<locals>.nested_worker' is defined inside "
+                                         r"a function.*at module level"):
+        dist.launch(make_nested_worker(), 2)
+
+
+def test_a_notebook_worker_that_uses_the_notebooks_names_is_refused(monkeypatch):
+    # a notebook-defined worker is shipped as source: the names of the notebook it uses (not imported
+    # inside it) would be NameErrors in every rank
+    src = ("import math\n"
+           "SCALE = 3\n"
+           "def nb_uses_globals(ctx):\n"
+           "    return [SCALE * math.pi, len(range(ctx.rank))]\n")
+    namespace = {"__name__": "__main__"}
+    import linecache
+    linecache.cache["<notebook-cell-2>"] = (len(src), None, src.splitlines(True), "<notebook-cell-2>")
+    exec(compile(src, "<notebook-cell-2>", "exec"), namespace)
+    monkeypatch.setattr(dist, "_mp_context", lambda: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match=r"worker 'nb_uses_globals' uses SCALE, math from the notebook or script "
+                                         r"it is defined in.*import.*inside"):
+        dist.launch(namespace["nb_uses_globals"], 2)
 
 
 def test_rank_that_dies_without_a_traceback_is_named():
