@@ -82,10 +82,15 @@ lab: $(VENV_OK)
 # make itself exits 2 whenever a recipe fails; the line below names the grader's own status
 # (1: a notebook below the pass mark, 2: usage error, 3: the grader failed). CI should call the grader directly.
 # SUBMISSIONS is a class folder: one folder per student and/or flat notebooks; JOBS_GRADE notebooks
-# are graded at once (0: one per core). Reports, gradebook.csv included, go to build/grades.
+# are graded at once (0: one per core). Reports, gradebook.csv included, go to GRADES (build/grades).
+# MASTERS, the graded masters, flags submissions that copy their solution blocks (--solutions;
+# MASTERS= turns the check off). Not SOLUTIONS: that one is `make book SOLUTIONS=0`.
 JOBS_GRADE ?= 0
+GRADES ?= build/grades
+MASTERS ?= solutions
 grade: $(VENV_OK)
-	@$(PY) -m course_lib.grading grade $(SUBMISSIONS) --out build/grades --pass-mark $(PASS_MARK) --jobs $(JOBS_GRADE); rc=$$?; \
+	@$(PY) -m course_lib.grading grade "$(SUBMISSIONS)" --out "$(GRADES)" --pass-mark $(PASS_MARK) --jobs $(JOBS_GRADE) \
+	  $(if $(MASTERS),--solutions "$(MASTERS)",); rc=$$?; \
 	  case $$rc in 0) ;; 1) echo "grader exit status 1 (a notebook is below the pass mark)";; \
 	    2) echo "grader exit status 2 (usage error)";; *) echo "grader exit status $$rc (the grader or its sandbox failed, not a student)";; esac; \
 	  exit $$rc

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -369,3 +370,21 @@ def test_thousands_of_junk_files_are_counted_not_listed(messy_run):
     assert len(proc.stderr.splitlines()) < 30 and "skipped 2,995 more of carol's 3,000" in proc.stderr
     assert "skipped 3,002 entries of the class folder:" in proc.stdout and len(proc.stdout) < 20_000
     assert len(json.loads((out / "grades.json").read_text())["skipped"]) == 3002
+
+
+def test_make_grade_flags_a_copy_of_the_masters(tmp_path):
+    """Issue #43 item 23b: `make grade`, the documented command, did not pass the masters' folder, so
+    it never flagged a submission that copies a master's solution blocks. It passes solutions/ now."""
+    if shutil.which("bwrap") is None or shutil.which("make") is None:
+        pytest.skip("needs bubblewrap and make")
+    root = Path(__file__).resolve().parents[1]
+    cls = tmp_path / "class one"
+    (cls / "alice").mkdir(parents=True)
+    shutil.copy(root / "solutions" / "01_flops.ipynb", cls / "alice" / "01_flops.ipynb")
+    out = tmp_path / "grades out"
+    proc = subprocess.run(["make", "--no-print-directory", "grade", f"SUBMISSIONS={cls}", f"GRADES={out}",
+                           "JOBS_GRADE=1"], cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    nb = json.loads((out / "grades.json").read_text())["notebooks"][0]
+    assert nb["percent"] == 100.0 and len(nb["notes"]) == 1, nb
+    assert re.fullmatch(r"\d+ of \d+ solution blocks are copies of 01_flops\.ipynb", nb["notes"][0]), nb["notes"]
