@@ -1,10 +1,13 @@
 """Command line for the calculators: ``python -m course_lib <calculator> --arg value ...``.
 
 Every public calculator of the fixed API is a sub-command with the same argument names, e.g.
-``python -m course_lib training_days --n-params 34e9 --n-tokens 8e12 --n-gpus 1024 --mfu 0.45``.
-``python -m course_lib list`` shows what is available. Numbers may be written 34e9 or 1024;
-switches take true or false; lists (``--expert-counts``) are JSON, e.g. ``[5, 3, 0]``. A bad value
-is a usage error (exit status 2) that names the flag.
+``python -m course_lib training_days --n-params 34B --n-tokens 8T --n-gpus 1k --mfu 0.45``.
+``python -m course_lib list`` shows what is available. Numbers are read as the site's calculators
+read them: 34e9 or 1024, or with a magnitude, k, M, B (or G), T, P for powers of 1000 and Ki, Mi,
+Gi, Ti, Pi for powers of 1024 (70B, 15T, 2k, 1.5M, 128Ki); switches take true or false; lists
+(``--expert-counts``) are JSON, e.g. ``[5, 3, 0]``. The answer is printed with its unit (s, days,
+FLOP, bytes and GB, GPUs, ...); ``--json`` prints it as plain JSON for scripts. A bad value is a
+usage error (exit status 2) that names the flag.
 """
 from __future__ import annotations
 
@@ -12,9 +15,11 @@ import argparse
 import importlib
 import inspect
 import json
+import math
 import os
 import re
 import sys
+import textwrap
 
 from ._validate import _show
 
@@ -45,17 +50,41 @@ def _available():
         yield name, fn
 
 
+# A number as the site's calculators read a field (book/_static/calculators.js: parseField after
+# expandSuffix), so the same text means the same number on the page and here: trimmed of the
+# browser's white space, then a magnitude in any case, k M B/G T P (powers of 1000, M is never
+# milli) or Ki Mi Gi Ti Pi (powers of 1024), after an integer (70B is the integer 70000000000) or a
+# decimal (1.5M is the float 1.5e6); then an integer literal is an exact int (so 10**400 is seen as
+# too large by the calculator, not rounded), a float literal a float (1e9, 0.45, inf, nan).
+_WS = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"   # what JavaScript trims
+_TRIM = re.compile(f"^[{_WS}]+|[{_WS}]+$")
+_SUFFIX = re.compile(f"([+-]?)([0-9]+\\.?[0-9]*|\\.[0-9]+)[{_WS}]*(ki|mi|gi|ti|pi|k|m|b|g|t|p)", re.IGNORECASE)
+_DECIMAL = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12, "p": 15}
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)(e[+-]?[0-9]+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+
+
+def _expand_suffix(text: str) -> str:
+    """``70B`` -> ``70000000000``, ``1.5M`` -> ``1.5e6``, ``128Ki`` -> ``131072`` (calculators.js's
+    expandSuffix); any other text unchanged."""
+    m = _SUFFIX.fullmatch(text)
+    if not m:
+        return text
+    sign, num, suffix = m.group(1), m.group(2), m.group(3).lower()
+    if suffix in _DECIMAL:
+        return sign + num + ("0" * _DECIMAL[suffix] if num.isdigit() else f"e{_DECIMAL[suffix]}")
+    scale = 1024 ** ("kmgtp".index(suffix[0]) + 1)
+    return sign + (str(int(num) * scale) if num.isdigit() else repr(float(num) * scale))
+
+
 def _number(text: str) -> int | float:
-    """A number as typed: an integer literal stays an exact int (so 10**400 is seen as too large
-    by the calculator, not rounded), anything else is a float (1e9, 0.45, inf, nan)."""
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    """A number as typed, read as the site reads it (see above)."""
+    t = _expand_suffix(_TRIM.sub("", text))
+    if _INT.fullmatch(t):
+        return int(t)
+    if _FLOAT.fullmatch(t):
+        return float(t)
+    raise argparse.ArgumentTypeError(f"expected a number such as 70B, 15T, 2k, 1.5M, 128Ki or 1e9, got {text!r}")
 
 
 def _optional_number(text: str) -> int | float | None:
@@ -110,14 +139,38 @@ def _flag(pname: str) -> str:
     return "--" + pname.replace("_", "-")
 
 
+_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")          # :func:`plan_layouts` -> plan_layouts
+_NOT_AN_END = re.compile(r"\b(e\.g|i\.e|et al|eq|cf|vs|Fig|approx)\.$")
+
+
+def _summary(fn) -> str:
+    """The first full sentence of a calculator's docstring as plain text: its first paragraph
+    joined into one line, cut at the first full stop outside brackets that ends a sentence (the
+    next word starts with a capital or a literal; not "e.g." or "et al."), then RST roles,
+    ``literals``, `code`, **bold** and *emphasis* marks removed."""
+    text = " ".join((inspect.getdoc(fn) or "").split("\n\n")[0].split())
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        after = text[i + 1:i + 3]
+        if ch in ".!?" and depth <= 0 and (after == "" or after[0] == " " and (after[1:].isupper() or after[1:] in "`*:")) \
+                and not _NOT_AN_END.search(text[:i + 1]):
+            text = text[:i + 1]
+            break
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0)[m.group(0).index("`") + 1] == "~"
+                     else m.group(1), text)
+    text = re.sub(r"``([^`]+)``|`([^`]+)`", lambda m: m.group(1) or m.group(2), text)
+    return re.sub(r"\*\*([^*]+)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])", lambda m: m.group(1) or m.group(2), text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the calculators")
     for name, fn in _available():
-        doc = (inspect.getdoc(fn) or "").split("\n")[0]
-        p = sub.add_parser(name, help=doc, description=doc)
+        doc = _summary(fn)
+        p = sub.add_parser(name, help=doc.replace("%", "%%"), description=doc)
         for pname, param in inspect.signature(fn).parameters.items():
             if _object_valued(param):     # e.g. moe=MoE(...): a Python object, not a flag's text
                 continue
@@ -129,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                 shown = str(param.default).lower() if kind is _switch else repr(param.default)
                 p.add_argument(_flag(pname), dest=pname, default=param.default, type=kind,
                                help=f"default: {shown}", **extra)
+        p.add_argument("--json", dest="_json", action="store_true",
+                       help="print the answer as JSON, numbers without units (for scripts)")
         p.set_defaults(_fn=fn, _parser=p)
     return ap
 
@@ -146,14 +201,106 @@ def _blame(message: str, names: list[str]) -> str:
     return f"argument{'s' if len(named) > 1 else ''} {flags}: " + message.removeprefix(f"{first}: ")
 
 
+# What each calculator's answer is counted in; a tuple answer names its parts. Fields of a
+# dataclass answer (a Layout, an Accelerator) take their unit from their name (_field_unit).
+UNITS = {
+    "training_flops": "FLOP", "training_days": "days", "gpus_needed": "GPUs", "mfu": "fraction",
+    "attention_fraction": "fraction", "attention_crossover": "tokens",
+    "compute_optimal": (("n_params", "parameters"), ("n_tokens", "tokens")), "loss": "nats/token",
+    "overtraining_cost": (("token_multiplier", "x"), ("extra_compute_fraction", "fraction")),
+    "zero_memory_per_gpu": "bytes", "min_zero3_degree": "GPUs", "collective_bytes": "bytes",
+    "dp_bytes_per_step": "bytes", "fsdp_bytes_per_step": "bytes", "max_dp_degree": "replicas",
+    "bubble_fraction": "fraction", "bubble_overhead": "fraction", "min_microbatches": "microbatches",
+    "sequential_sum": "", "expert_capacity": "slots", "dropped_tokens": "token-expert assignments",
+    "api_cost": "$", "cluster_mtbf": "s", "optimal_checkpoint_interval": "s", "goodput": "fraction",
+    "activation_bytes_per_layer": "bytes", "tp_bytes_per_layer": "bytes", "cp_bytes_per_layer": "bytes",
+    "ep_bytes_per_layer": "bytes",
+    "ep_node_bytes": (("inside a node (NVLink)", "bytes"), ("across nodes (network)", "bytes")),
+}
+
+
+def _field_unit(name: str) -> str:
+    if name in ("peak_flops", "sparse_flops"):
+        return "FLOP/s"
+    if name.endswith("bits_per_s"):
+        return "bit/s"
+    if name.endswith(("_bandwidth", "bytes_per_s")):
+        return "bytes/s"
+    if name.endswith("_bytes"):
+        return "bytes"
+    if name.endswith(("_s", "_seconds")) or name in ("breakdown", "hidden"):
+        return "s"
+    return {"mfu": "fraction", "domain_size": "GPUs", "microbatches": "microbatches"}.get(name, "")
+
+
+def _scaled(x: float, unit: str) -> str:
+    """``x`` in k/M/G/T/P of ``unit`` (decimal, as datasheets count bytes and FLOP/s)."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.4g} {prefix}{unit}"
+    return f"{x:.4g} {unit}"
+
+
+def _with_unit(x, unit: str) -> str:
+    """One number as the reader wants it: ``41.4474 days``, ``3.58e+08 bytes (358.6 MB)``,
+    ``0.97 (97 %)``, ``$12,500,000.00``; a count stays an exact integer."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    n = str(x) if isinstance(x, int) else f"{x:.6g}"
+    if not math.isfinite(x) or unit in ("", "x"):
+        return n + ("x" if unit == "x" and math.isfinite(x) else "")
+    if unit == "fraction":
+        return f"{n} ({100 * x:.3g} %)"
+    if unit == "$":
+        return f"${x:,.2f}" if abs(x) < 1e15 else f"${x:.6g}"
+    if unit in ("bytes", "bytes/s", "bit/s", "FLOP/s"):
+        short = {"bytes": "B", "bytes/s": "B/s", "bit/s": "b/s", "FLOP/s": "FLOP/s"}[unit]
+        return f"{n} {unit}" + (f" ({_scaled(x, short)})" if abs(x) >= 1e3 else "")
+    if unit == "s" and abs(x) >= 60:
+        for name, scale in (("days", 86400.0), ("h", 3600.0), ("min", 60.0)):
+            if abs(x) >= 2 * scale or name == "min":
+                return f"{n} s ({x / scale:.3g} {name})"
+    return f"{n} {unit}"
+
+
+def _render(name: str, result) -> str:
+    """The answer with its units: a number on one line, a tuple or a dataclass one part a line."""
+    unit = UNITS.get(name, "")
+    if hasattr(result, "__dataclass_fields__"):
+        lines = [f"layout: {result.shape()}"] if callable(getattr(result, "shape", None)) else []
+        text = ""
+        for k in result.__dataclass_fields__:
+            v, u = getattr(result, k), _field_unit(k)
+            if k == "explanation":
+                text = v
+            elif hasattr(v, "items"):
+                lines += [f"{k}.{key}: {_with_unit(x, u)}" for key, x in v.items()]
+            elif v != "" or k != "notes":
+                lines.append(f"{k}: {_with_unit(v, u)}")
+        return "\n".join(lines + ([f"explanation:\n{textwrap.indent(text, '  ')}"] if text else []))
+    if isinstance(result, tuple) and isinstance(unit, tuple) and len(unit) == len(result):
+        return "\n".join(f"{label}: {_with_unit(x, u)}" for (label, u), x in zip(unit, result))
+    return _with_unit(result, unit if isinstance(unit, str) else "")
+
+
+def _as_json(result) -> str:
+    """The answer as JSON for scripts: a dataclass as an object of its fields, numbers unrounded."""
+    if hasattr(result, "__dataclass_fields__"):
+        result = {k: getattr(result, k) for k in result.__dataclass_fields__}
+        result = {k: (dict(v) if hasattr(v, "items") else v) for k, v in result.items()}
+    return json.dumps(result, default=str)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
-    args = vars(ap.parse_args(argv))
-    if args.pop("command") == "list":
-        for name, fn in _available():
-            print(f"{name:22s} {(inspect.getdoc(fn) or '').splitlines()[0]}")
+    args = vars(ap.parse_args(argv))   # a bad flag or value: argparse's usage error, exit status 2
+    name = args.pop("command")
+    if name == "list":
+        for cmd, fn in _available():
+            print(textwrap.fill(_summary(fn), 100, initial_indent=f"{cmd:28s} ", subsequent_indent=" " * 29,
+                                break_on_hyphens=False))
         return 0
-    fn, parser = args.pop("_fn"), args.pop("_parser")
+    fn, parser, as_json = args.pop("_fn"), args.pop("_parser"), args.pop("_json")
     try:
         result = fn(**args)
     except (ValueError, TypeError, ArithmeticError) as exc:   # bad input: a usage error, never a traceback
@@ -161,13 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:     # a list nested deeper than Python's stack: name the list flags
         lists = [n for n in args if isinstance(args[n], list)]
         parser.error(_blame(f"{', '.join(lists) or 'an argument'} is nested too deeply", lists))
-    if callable(getattr(result, "render", None)):   # a result that prints itself (the plan)
+    if as_json:
+        print(_as_json(result))
+    elif callable(getattr(result, "render", None)):   # a result that prints itself (the plan)
         print(result.render())
-        return 0
-    if hasattr(result, "__dataclass_fields__"):
-        result = {k: getattr(result, k) for k in result.__dataclass_fields__}
-        result = {k: (dict(v) if hasattr(v, "items") else v) for k, v in result.items()}
-    print(json.dumps(result, default=str) if not isinstance(result, float) else f"{result:.6g}")
+    else:
+        print(_render(name, result))
     return 0
 
 

@@ -103,11 +103,16 @@ def test_bad_input_and_no_fit():
 
 
 def test_cli_prints_the_layout_and_its_explanation(capsys):
-    assert main(["layout", "--n-params", "7e9", "--n-layers", "32", "--d-model", "4096", "--n-heads", "32",
-                 "--seq-len", "4096", "--global-batch-tokens", "4194304", "--n-gpus", "64",
-                 "--kv-heads", "8"]) == 0
+    argv = ["layout", "--n-params", "7B", "--n-layers", "32", "--d-model", "4096", "--n-heads", "32",
+            "--seq-len", "4k", "--global-batch-tokens", "4Mi", "--n-gpus", "64", "--kv-heads", "8"]
+    assert main(argv + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["tp"] * out["cp"] * out["pp"] * out["dp"] == 64 and "ZeRO" in out["explanation"]
+    assert main(argv) == 0      # for a reader: the shape, every figure with its unit, the explanation
+    text = capsys.readouterr().out
+    assert text.startswith("layout: TP ") and re.search(r"^memory_bytes: \S+ bytes \([\d.]+ GB\)$", text, re.M)
+    assert re.search(r"^step_s: \S+ s$", text, re.M) and re.search(r"^mfu: \S+ \([\d.]+ %\)$", text, re.M)
+    assert "explanation:\n  TP " in text
     with pytest.raises(SystemExit):
         main(["layout", "--n-params", "7e9", "--n-layers", "32", "--d-model", "4096", "--n-heads", "32",
               "--seq-len", "4096", "--global-batch-tokens", "4194304", "--n-gpus", "64", "--kv-heads", "5"])
