@@ -155,6 +155,31 @@ def test_a_grader_crash_is_exit_3_not_a_failing_student(tmp_path, one_submission
     assert nb["questions"][0]["message"].startswith("grader error: FileExistsError")
 
 
+def test_a_crash_after_grading_is_exit_3_not_a_failing_class(tmp_path, monkeypatch, capsys):
+    """Issue #43 item 16: a writer that crashed after the table (there: a name that is not UTF-8)
+    ended the run with Python's exit status 1, which reads as 'a notebook is below the pass mark'.
+    A failure of the grader's own reports, or any crash of the grader, is exit 3 and says so."""
+    from course_lib.grading import __main__ as cli, runner
+
+    def boom(*args, **kwargs):
+        raise UnicodeEncodeError("utf-8", "\udcff", 0, 1, "surrogates not allowed")
+    monkeypatch.setattr(runner, "grade_all", lambda subs, one, jobs: [])
+    monkeypatch.setattr(runner, "write_reports", boom)
+    monkeypatch.setattr(runner.sandbox, "preflight", lambda root: None)
+    monkeypatch.setattr(runner.sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "01_flops.ipynb").write_text("{}")
+    assert runner.grade_dir(tmp_path / "class", tmp_path / "out") == 3
+    assert "error: the grader could not write its reports to" in capsys.readouterr().err
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("a bug of the grader")
+    monkeypatch.setattr(runner, "grade_dir", crash)
+    assert cli.main(["grade", str(tmp_path / "class"), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug of the grader" in err and "error: the grader failed (above), not a student" in err
+
+
 # --------------------------------------------------------------------------- item 3: hostile data
 @pytest.mark.parametrize("tensor", [
     {"kind": "numpy", "dtype": "int8", "shape": [1], "data": [300]},

@@ -132,7 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     seed = a.seed if a.seed is not None else secrets.randbits(31)
     opts = Options(timeout_cell=a.timeout_cell, timeout_notebook=a.timeout_notebook, feedback=a.feedback,
                    seed=seed, chapter=a.chapter, bank=a.bank, jobs=a.jobs, lang=a.lang)
-    return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, opts=opts, solutions=a.solutions)
+    try:
+        return grade_dir(a.dir, a.out, pass_mark=a.pass_mark, opts=opts, solutions=a.solutions)
+    except Exception:  # noqa: BLE001 - a crash of the grader is its failure (3), never a failing class (1)
+        import traceback
+
+        traceback.print_exc()
+        print("error: the grader failed (above), not a student: exit status 3", file=sys.stderr)
+        return 3
 
 
 def _trusted_sys_path(submissions: Path) -> None:

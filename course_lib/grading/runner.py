@@ -301,8 +301,13 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
         return g
 
     grades = grade_all(subs, one, jobs)
-    rc = write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
-                       jobs=jobs, lang=opts.lang)
+    try:
+        rc = write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
+                           jobs=jobs, lang=opts.lang)
+    except Exception as e:  # noqa: BLE001 - the grader's failure, never a failing class (exit 1)
+        print(f"error: the grader could not write its reports to {printable(outdir, None)}: "
+              f"{type(e).__name__}: {printable(e, None)}", file=sys.stderr)
+        return 3
     failed = grader_errors(grades)
     if failed:
         print(f"error: the grader could not run {len(failed)} submission(s) ({', '.join(g.name for g in failed)}): "
