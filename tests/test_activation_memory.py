@@ -92,7 +92,7 @@ def test_cp_bytes_are_p_minus_1_over_p_of_k_and_v():
 
 def test_cli(capsys):
     assert main(["activation_bytes_per_layer", "--seq-len", "2048", "--micro-batch", "1", "--d-model",
-                 "12288", "--n-heads", "96", "--tp", "8", "--sequence-parallel", "true"]) == 0
+                 "12288", "--n-heads", "96", "--tp", "8", "--sequence-parallel", "true", "--json"]) == 0
     assert float(capsys.readouterr().out) == pytest.approx(342.0 * 2 ** 20, rel=1e-5)
     with pytest.raises(SystemExit):
         main(["activation_bytes_per_layer", "--seq-len", "2048", "--micro-batch", "1", "--d-model",

@@ -107,12 +107,12 @@ def test_zero_restart_time_is_valid_and_a_huge_period_gives_zero_goodput():
 
 def test_command_line(capsys):
     assert main(["goodput", "--interval-seconds", "1800", "--save-seconds", "60", "--restart-seconds",
-                 "600", "--mtbf-seconds", "11000"]) == 0
+                 "600", "--mtbf-seconds", "11000", "--json"]) == 0
     out = capsys.readouterr().out
     assert float(out.split()[-1]) == pytest.approx(faults.goodput(1800, 60, 600, 11000), rel=1e-5)
-    assert main(["optimal_checkpoint_interval", "--save-seconds", "60", "--mtbf-seconds", "11000"]) == 0
+    assert main(["optimal_checkpoint_interval", "--save-seconds", "60", "--mtbf-seconds", "11000", "--json"]) == 0
     assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(math.sqrt(2 * 60 * 11000), rel=1e-5)
-    assert main(["cluster_mtbf", "--gpu-mtbf-seconds", "1.8e8", "--n-gpus", "16384"]) == 0
+    assert main(["cluster_mtbf", "--gpu-mtbf-seconds", "1.8e8", "--n-gpus", "16384", "--json"]) == 0
     assert float(capsys.readouterr().out.split()[-1]) == pytest.approx(1.8e8 / 16384, rel=1e-5)
 
 

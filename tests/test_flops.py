@@ -121,7 +121,7 @@ def test_hardware_table_is_complete_and_sourced():
 def test_cli_matches_library_and_reports_bad_input():
     exe = [sys.executable, "-m", "course_lib"]
     out = subprocess.run(exe + ["training_days", "--n-params", "34e9", "--n-tokens", "8e12",
-                                "--n-gpus", "1024", "--mfu", "0.45"], capture_output=True, text=True)
+                                "--n-gpus", "1024", "--mfu", "0.45", "--json"], capture_output=True, text=True)
     assert out.returncode == 0 and math.isclose(float(out.stdout), 41.4474, rel_tol=1e-5)
     bad = subprocess.run(exe + ["training_days", "--n-params", "34e9", "--n-tokens", "8e12",
                                 "--n-gpus", "1024", "--mfu", "45"], capture_output=True, text=True)

@@ -223,7 +223,7 @@
     P.pow2.forEach(function (tp) {
       if (!(tp <= job.g && job.g % tp === 0 && job.a % tp === 0)) return;
       P.pow2.forEach(function (cp) {
-        if (!(job.s % cp === 0 && cp <= job.maxCp)) return;
+        if (!(job.s % cp === 0 && cp <= job.maxCp && (cp === 1 || job.s / cp >= P.min_cp_tokens))) return;   // layout.MIN_CP_TOKENS
         P.pow2.forEach(function (pp) {
           if (!(pp <= job.L) || job.n % (tp * cp * pp)) return;
           var dp = job.n / (tp * cp * pp), m = toInt(floorDiv(seqs, dp * job.b));
@@ -297,7 +297,7 @@
         "parameter, ZeRO-3) need at least " + L.intRepr(floor) + " GPUs of this type; use more GPUs, a GPU with " +
         "more HBM, a shorter seq_len or a larger usable_fraction";
     }
-    var seqs = batch / s, cp = Math.max.apply(null, P.pow2.filter(function (c) { return s % c === 0; }));
+    var seqs = batch / s, cp = Math.max.apply(null, P.pow2.filter(function (c) { return s % c === 0 && (c === 1 || s / c >= P.min_cp_tokens); }));
     var pp = Math.max.apply(null, P.pow2.filter(function (p) { return p <= nl; }));
     var need = toInt(Math.ceil(nGpus / (g * cp * pp)));
     return "global_batch_tokens=" + pyG(batch) + ": batch below the floor (" + text + "). " + pyG(seqs) + " sequence" +
