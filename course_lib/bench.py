@@ -97,12 +97,12 @@ def ratios() -> list[tuple[str, float, str]]:
 
 def _parallel_rows() -> list[tuple[str, float, str]]:
     """Chapter 4 on 2 gloo ranks: bytes per rank vs the ring formulas, step time vs PyTorch's."""
-    from .parallel import dp_demos
-    res = dp_demos.run_suite(2, strategies=("dp", "fsdp", "torch_ddp", "torch_fsdp2"), steps=3)
+    from .parallel import labs as dp_labs
+    res = dp_labs.run_suite(2, strategies=("dp", "fsdp", "torch_ddp", "torch_fsdp2"), steps=3)
     n_params = res["dp"]["n_params"]
     rows = []
     for s in ("dp", "fsdp"):
-        theory = dp_demos.expected_bytes_per_step(s, n_params, 2, root=dp_demos.root_params())
+        theory = dp_labs.expected_bytes_per_step(s, n_params, 2, root=dp_labs.root_params())
         rows.append((f"{s}: bytes sent per rank per step / ring theory", res[s]["sent_bytes"] / theory,
                      "counted in the collectives"))
     rows.append(("FSDP bytes / DP bytes (theory 1.5)", res["fsdp"]["sent_bytes"] / res["dp"]["sent_bytes"] / 1.5,
@@ -115,7 +115,7 @@ def _parallel_rows() -> list[tuple[str, float, str]]:
     # runs) and with gloo's own collectives (what DDP and FSDP2 call), in one launch each
     strategies = ("dp", "dp_overlap", "zero2", "fsdp", "torch_ddp", "torch_fsdp2")
     for algorithm in ("ring", "native"):
-        r4 = dp_demos.run_suite(4, strategies=strategies, steps=6, warmup=2, algorithm=algorithm)
+        r4 = dp_labs.run_suite(4, strategies=strategies, steps=6, warmup=2, algorithm=algorithm)
         for ours, theirs in (("dp", "torch_ddp"), ("dp_overlap", "torch_ddp"), ("zero2", "torch_ddp"),
                              ("fsdp", "torch_fsdp2")):
             rows.append((f"{ours} / {theirs} step time, 4 ranks, {algorithm} (target <= 1.3)",

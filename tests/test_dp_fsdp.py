@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from course_lib import comm, hardware, memory
 from course_lib.dist import launch
-from course_lib.parallel import dp_demos as D
+from course_lib.parallel import labs as D
 from course_lib.parallel.counting import CountingComm
 from course_lib.parallel.dp import make_buckets
 from course_lib.parallel.zero import ZeroOptimizer

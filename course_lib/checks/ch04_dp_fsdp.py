@@ -67,7 +67,7 @@ def _grade_sync(fn) -> tuple[float, str]:
     except NotAFunction as e:
         return 0.0, e.message
     from course_lib.dist import RankError
-    from course_lib.parallel.dp_demos import grad_sync_check_worker
+    from course_lib.parallel.labs import grad_sync_check_worker
     try:
         res = launch_with(fn, grad_sync_check_worker, 2, timeout=90, source=source, fn_name=fn.__name__)
     except RankError as e:

@@ -5,7 +5,7 @@ its ranks slice, ``STRATEGIES`` the strategies' names and ``ADAMW`` the optimize
 all use. ``reference_run`` trains the whole batch in one process (the losses, first-step
 gradients and final weights every strategy must reproduce); ``expected_bytes_per_step`` is the
 theory (``course_lib.comm``) for the bytes each strategy sends. The runs themselves are
-``course_lib.parallel.dp_demos``.
+``course_lib.parallel.labs``.
 """
 from __future__ import annotations
 
