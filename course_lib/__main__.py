@@ -38,6 +38,9 @@ CALCULATORS = [
     ("memory", "activation_bytes_per_layer"), ("comm", "tp_bytes_per_layer"),
     ("comm", "cp_bytes_per_layer"), ("layout", "layout"), ("plan", "plan"),
     ("comm", "ep_bytes_per_layer"), ("comm", "ep_node_bytes"),
+    ("comm_alltoall", "ulysses_bytes_per_layer"), ("comm_alltoall", "ring_kv_bytes_per_layer"),
+    ("comm_alltoall", "ulysses_over_ring"), ("comm_alltoall", "ep_node_copies"),
+    ("faults", "async_goodput"), ("faults", "storage_rate_needed"),
 ]
 
 
@@ -216,6 +219,8 @@ UNITS = {
     "activation_bytes_per_layer": "bytes", "tp_bytes_per_layer": "bytes", "cp_bytes_per_layer": "bytes",
     "ep_bytes_per_layer": "bytes",
     "ep_node_bytes": (("inside a node (NVLink)", "bytes"), ("across nodes (network)", "bytes")),
+    "ulysses_bytes_per_layer": "bytes", "ring_kv_bytes_per_layer": "bytes", "ulysses_over_ring": "x",
+    "ep_node_copies": "copies", "async_goodput": "fraction", "storage_rate_needed": "bytes/s",
 }
 
 

@@ -68,7 +68,7 @@ VALID = dict(
     micro_batch=1, n_heads=32, tp=8, sequence_parallel=True, kv_dim=1024, cp=4, gpus_per_node=8,
     nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
     max_cp=16, max_zero=3, ffn_dim=14336, vocab_size=128256, vocab_parallel=True, chunks=1,
-    tokens=4096, ep=64, max_nodes=2,
+    tokens=4096, ep=64, max_nodes=2, n_nodes=4, stall_seconds=0.016, write_seconds=10.0,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
@@ -79,7 +79,7 @@ OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": d
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",
            "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds",
-           "max_zero", "seed"}
+           "max_zero", "seed", "write_seconds"}
 NEGATIVE_OK = {"value", "increment", "x"}
 # Where an infinite answer is the true one (a running sum that overflows the format).
 INF_OK = {"sequential_sum", "stall_point"}

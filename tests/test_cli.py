@@ -110,7 +110,8 @@ def _line(name: str, capsys) -> str:
 NUMBER = r"-?\d[\d.]*(?:e[+-]\d+)?"
 SHOWN = {"FLOP": rf"{NUMBER} FLOP", "days": rf"{NUMBER} days", "bytes": rf"{NUMBER} bytes( \([\d.]+ [kMGTP]?B\))?",
          "s": rf"{NUMBER} s( \([\d.e+]+ (min|h|days)\))?", "fraction": rf"{NUMBER} \([\d.e+-]+ %\)",
-         "$": r"\$[\d,]+\.\d\d", "x": rf"{NUMBER}x", "": NUMBER}
+         "$": r"\$[\d,]+\.\d\d", "x": rf"{NUMBER}x", "": NUMBER,
+         "bytes/s": rf"{NUMBER} bytes/s \([\d.]+ [kMGTP]?B/s\)"}
 
 
 def test_every_calculator_prints_its_answer_with_its_unit(capsys):

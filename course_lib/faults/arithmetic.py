@@ -180,6 +180,7 @@ def async_goodput(interval_seconds: float, stall_seconds: float, write_seconds: 
 
     The write must finish before the next save starts (w ≤ τ), else saves queue behind each other:
     ``write_seconds`` longer than ``interval_seconds`` is refused, naming both."""
+    positive("stall_seconds", stall_seconds)              # named as the user typed it, before _times reads it
     tau, d, r, m = _times(interval_seconds, stall_seconds, restart_seconds, mtbf_seconds)
     w = positive("write_seconds", write_seconds, allow_zero=True)
     if w > tau:
