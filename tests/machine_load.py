@@ -45,3 +45,20 @@ def others_cpu_share(seconds: float = 1.0) -> float:
         return 0.0
     total = total1 - total0
     return 0.0 if total <= 0 else 1.0 - (idle1 - idle0) / total
+
+
+BUSY_SHARE = 0.25   # others using a quarter of all cores: a timing bound is not judged
+
+
+def judge_timing(ok: bool, what: str) -> None:
+    """Pass, fail or skip a wall-clock bound: a miss on a machine that other processes keep busy
+    (``others_cpu_share`` above BUSY_SHARE, sampled once the test's own work is done) is skipped, saying
+    so, rather than failed; on a quiet machine, such as CI's, it fails."""
+    import pytest
+    if ok:
+        return
+    busy = others_cpu_share()
+    if busy > BUSY_SHARE:
+        pytest.skip(f"{what}: missed while other processes used {busy:.0%} of the cores; timing not judged "
+                    "on a busy machine (rerun on a quiet one)")
+    pytest.fail(f"{what} (the machine was quiet: {busy:.0%} of the cores used by others)")

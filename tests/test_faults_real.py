@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 
 import pytest
+from machine_load import judge_timing
 
 from course_lib.faults.elastic import Fault, JobConfig, job_id
 from course_lib.faults.jobs import random_faults, read_log, reference_run, run_job
@@ -261,7 +262,8 @@ def test_async_save_blocks_training_less_than_a_sync_save(tmp_path):
     r = async_vs_sync(tmp_path, repeats=3, overlap_steps=2)
     assert r["async_intact"]                          # each async checkpoint = weights when taken
     assert r["checkpoint_bytes"] > 1e6
-    assert r["async_blocking_s"] < r["sync_s"]
+    judge_timing(r["async_blocking_s"] < r["sync_s"],
+                 f"the async save blocked {r['async_blocking_s']:.3f} s, a sync save {r['sync_s']:.3f} s")
 
 
 # ------------------------------------------------------------------ stragglers
