@@ -173,3 +173,44 @@ def test_a_written_caption_leads_the_alt_text_and_placeholders_are_dropped() -> 
         "J^* ≈ (1/b)^(1/r), √(2δ M), f_min, 2^-16, 2^(e-m)"
     assert typed_in("The bubble is 27.3 % at $m = 8$ on 4 ranks, {glue:text}`b:.1%` in chapter 5.", [], {4.0}) \
         == ["27.3"]
+
+
+def _png(width: int, height: int, dpi: float | None) -> bytes:
+    """A PNG's signature, IHDR and (with ``dpi``) pHYs chunks: all css_width reads."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    head = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0))
+    if dpi:
+        ppm = round(dpi / 0.0254)
+        head += chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1))
+    return head + chunk(b"IEND", b"")
+
+
+def test_a_wide_plot_is_marked_to_be_drawn_readably_on_a_phone(tmp_path: Path) -> None:
+    """Issue #43: a plot wider than a phone's column can show readably (chapter 5's 971 px panels drew
+    4.9 px labels in 342 px) gets course-wide-figure and course-minw-N (N >= 55 % of its own width),
+    from the output's width or, for a lab's stored plot, the PNG's pixels at its resolution; a
+    6.4-inch plot is left alone; and course.css has a rule for every N the extension can write."""
+    from docutils import nodes
+    (tmp_path / "wide.png").write_bytes(_png(1011, 351, 100))
+    (tmp_path / "retina.png").write_bytes(_png(2022, 702, 200))
+    assert figures.css_width(nodes.image(uri="/wide.png"), str(tmp_path)) == pytest.approx(1011, abs=1)
+    assert figures.css_width(nodes.image(uri="/retina.png"), str(tmp_path)) == pytest.approx(1011, abs=1)
+    assert figures.css_width(nodes.image(uri="x.png", width="971")) == 971
+
+    def classes(width: str) -> list[str]:
+        figure, bundle = nodes.figure(), nodes.container()
+        bundle += nodes.image(uri="x.png", width=width)
+        figure += bundle
+        figures.mark_wide(figure, bundle)
+        return figure["classes"]
+    assert classes("651") == []
+    assert classes("971") == ["course-wide-figure", "course-minw-550"]      # 0.55 x 971 = 534 -> 550
+    assert classes("5000") == ["course-wide-figure", f"course-minw-{figures.WIDEST}"]
+    css = (ROOT / "book" / "_static" / "course.css").read_text(encoding="utf-8")
+    least = figures.STEP * -(-figures.READABLE * figures.WIDE // figures.STEP)
+    for n in range(int(least), figures.WIDEST + 1, figures.STEP):
+        assert f"figure.course-minw-{n} img {{ width: max(100%, {n}px) !important; }}" in css, n

@@ -24,11 +24,20 @@ executed picture; a caption or alt text never shows a "…" in their place). Eac
 label ``fig-<docname>-<k>`` (``/`` as ``-``) unless its metadata names it, so
 ``{numref}`fig-book-07_fp16-1``` refers to it. A plot whose code names nothing is a build warning
 (an error under ``make book-strict``): give it a caption.
+
+A plot wider than a phone can show at a readable size (issue #43: chapter 5's 9.6-inch panels drew
+their labels 3-5 px tall in a 342 px column) is marked ``course-wide-figure`` and
+``course-minw-<px>``: under 600 px course.css draws it at least that wide (``READABLE`` of its own
+width, so a 10-point label stays about 7.6 px) inside a box that scrolls sideways, with the cue of
+course_scroll.js; the caption stays in the column. Wider screens are unchanged.
 """
 from __future__ import annotations
 
 import ast
 import re
+import struct
+from math import ceil
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -36,7 +45,7 @@ from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 
-__version__ = "1.2"
+__version__ = "1.3"
 logger = logging.getLogger(__name__)
 
 # Plots the course's own drawing functions make, which carry no title/label in the calling code.
@@ -50,6 +59,10 @@ DRAWERS = {
     "sim.draw": "Timeline of the RL simulation: the learner's optimizer steps on top, then one row "
                 "per actor, shaded by the share of its decode slots that are busy",
 }
+# The smallest share of its own width a plot is drawn at on a phone: matplotlib's 10-point labels at
+# 100 dpi are 13.9 px, so 0.55 keeps them >= 7.6 px. A plot up to WIDE px (a 6.4-inch figure and
+# its margins) already gets that in a 390 px phone's 342 px column.
+READABLE, WIDE, STEP, WIDEST = 0.55, 660, 25, 875
 _TEX = str.maketrans({"$": "", "\\": "", "{": "", "}": ""})
 
 
@@ -170,6 +183,40 @@ def _images(bundle: nodes.Element) -> list[nodes.image]:
     return list(bundle.findall(nodes.image))
 
 
+def css_width(image: nodes.image, srcdir: str = "") -> float | None:
+    """The width in CSS px a plot is drawn at on a wide screen: the output's own metadata (a 2x
+    "retina" PNG says half its pixel width), else the PNG's pixels at its pHYs resolution over 100 dpi."""
+    width = str(image.get("width", "")).removesuffix("px")
+    if re.fullmatch(r"\d+(\.\d+)?", width):
+        return float(width)
+    uri = image.get("uri", "")
+    if not uri.endswith(".png"):
+        return None
+    # myst-nb's uri is relative to the source folder, "/"-prefixed (Sphinx's convention)
+    path = next((p for p in (Path(srcdir) / uri.lstrip("/"), Path(uri)) if p.is_file()), None)
+    try:
+        head = path.read_bytes()[:4096] if path else b""
+    except OSError:
+        return None
+    if head[12:16] != b"IHDR":
+        return None
+    pixels = struct.unpack(">I", head[16:20])[0]
+    at = head.find(b"pHYs")
+    if at > 0 and head[at + 12] == 1:                       # unit: metre
+        dpi = struct.unpack(">I", head[at + 4:at + 8])[0] * 0.0254
+        return pixels * 100 / dpi if dpi > 0 else float(pixels)
+    return float(pixels)
+
+
+def mark_wide(figure: nodes.figure, bundle: nodes.Element, srcdir: str = "") -> None:
+    """Classes that let course.css draw a wide plot readably on a phone (see the module's docstring)."""
+    widths = [w for w in (css_width(i, srcdir) for i in _images(bundle)) if w]
+    if not widths or max(widths) <= WIDE or "course-wide-figure" in figure["classes"]:
+        return
+    least = min(STEP * ceil(READABLE * max(widths) / STEP), WIDEST)   # course.css has a rule for each
+    figure["classes"] += ["course-wide-figure", f"course-minw-{least}"]
+
+
 class CaptionCellFigures(SphinxTransform):
     """Wrap each image output of a notebook cell in a numbered figure with caption and alt text."""
     default_priority = 500
@@ -210,6 +257,7 @@ class CaptionCellFigures(SphinxTransform):
                     bundle.replace_self(figure)
                     figure += bundle
                     figure += nodes.caption(text, text)
+                mark_wide(figure, bundle, self.env.srcdir)
                 if not figure["names"]:
                     name = nodes.fully_normalize_name(f"fig-{docname.replace('/', '-')}-{count}")
                     figure["names"].append(name)
@@ -235,5 +283,6 @@ class CaptionCellFigures(SphinxTransform):
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(CaptionCellFigures)
+    app.add_js_file("course_scroll.js", loading_method="defer")   # the cue on a box that scrolls sideways
     # env_version: a build that read its pages with another version of this transform reads them again
-    return {"version": __version__, "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": __version__, "env_version": 3, "parallel_read_safe": True, "parallel_write_safe": True}
