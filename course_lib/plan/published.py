@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..layout_moe import DEEPSEEK_V2, DEEPSEEK_V3
+from ..layout.moe import DEEPSEEK_V2, DEEPSEEK_V3
 
 __all__ = ["Run", "RUNS", "HELD_OUT", "LLAMA3_405B_MFU", "FP8_AT_BF16"]
 
@@ -113,7 +113,7 @@ RUNS: tuple[Run, ...] = (
         "hidden 7168, 128 heads, 4K sequences, batch ramped from 3,072 to 15,360 sequences over the first "
         "469B tokens), §3.3 (FP8 mixed-precision training). No MFU is published; the H800 has the H100 SXM's "
         "dense peak and a 400 GB/s NVLink (course_lib.hardware).",
-        "Planned as a mixture of experts (layout_moe.DEEPSEEK_V3: 256 routed experts, 8 per token, one "
+        "Planned as a mixture of experts (layout.moe.DEEPSEEK_V3: 256 routed experts, 8 per token, one "
         "shared, DualPipe's overlap): 6ND counts the 37B active parameters, memory all 671B. Given the "
         "borrowed MFU the ratio means little. The step model times it at BF16, but the run computed its "
         "GEMMs in FP8 (§3.3), overlapped with DualPipe and dispatched with node-limited routing on custom "
