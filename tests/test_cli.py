@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_api_inputs import _base
+from test_api_inputs import _base, _cli
 
 from course_lib import flops
-from course_lib.__main__ import UNITS, _available, _number, _object_valued, main
+from course_lib.__main__ import UNITS, _available, _number, _object_valued
 from course_lib.site_data import calculator_data_js
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,15 +77,6 @@ def test_the_cli_reads_every_text_exactly_as_the_site_does(tmp_path: Path):
         assert (got is not None) == js["isNum"], (text, got, js)
         if got is not None:
             assert isinstance(got, int) == js["isInt"] and repr(got) == js["repr"], (text, got, js)
-
-
-def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_the_readme_command_takes_the_sites_units_and_prints_days(capsys):

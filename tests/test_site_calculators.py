@@ -29,6 +29,7 @@ from test_site import browser  # noqa: F401  (the Chromium fixture, shared with 
 
 from course_lib import comm, distill, faults, flops, hardware, memory, pipeline, scaling
 from course_lib.plan import planner
+from course_lib.__main__ import _expand_suffix
 from course_lib.site_data import calculator_data
 
 REL = 1e-9
@@ -42,19 +43,7 @@ FLOAT_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$|^[+-]?(nan|inf|infi
 
 # The reader's units (issue #34): a magnitude at the end of a number, read as calculators.js reads it
 # (expandSuffix): k M B/G T P are powers of 1000, Ki Mi Gi Ti Pi of 1024; an integer stays an int.
-SUFFIX_RE = re.compile(r"^([+-]?)(\d+\.?\d*|\.\d+)\s*(ki|mi|gi|ti|pi|k|m|b|g|t|p)$", re.IGNORECASE)
-DECIMAL = {"k": 3, "m": 6, "b": 9, "g": 9, "t": 12, "p": 15}
-
-
-def expand_suffix(text: str) -> str:
-    m = SUFFIX_RE.match(text)
-    if not m:
-        return text
-    sign, num, suffix = m.group(1), m.group(2), m.group(3).lower()
-    if suffix in DECIMAL:
-        return sign + num + ("0" * DECIMAL[suffix] if num.isdigit() else f"e{DECIMAL[suffix]}")
-    scale = 1024 ** ("kmgtp".index(suffix[0]) + 1)
-    return sign + (str(int(num) * scale) if num.isdigit() else repr(float(num) * scale))
+expand_suffix = _expand_suffix   # the CLI reads a typed number as calculators.js does: one Python port
 
 
 def py_value(text: str) -> object:

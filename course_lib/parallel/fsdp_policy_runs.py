@@ -20,8 +20,6 @@ every broken case:
 """
 from __future__ import annotations
 
-import traceback
-
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -30,6 +28,7 @@ import torch.nn.functional as F
 from ..model import GPT, GPTConfig
 from .counting import CountingComm
 from .fsdp import FSDP, MixedPrecision
+from .fsdp_runs import run_cases
 
 __all__ = ["CASES", "policy_worker", "ToyModel", "UserNet"]
 
@@ -276,12 +275,5 @@ CASES = {"cs336": case_cs336, "gpt": case_gpt, "user": case_user, "fsdp2": case_
 
 
 def policy_worker(ctx, names: tuple[str, ...] | None = None) -> dict[str, dict]:
-    """Run the named cases (all by default) in turn; each returns its facts or ``{"error": ...}``."""
-    out = {}
-    for name in names or tuple(CASES):
-        try:
-            out[name] = CASES[name](ctx)
-        except Exception:                                                    # noqa: BLE001
-            out[name] = {"error": traceback.format_exc()}
-        dist.barrier(group=ctx.group)
-    return out
+    """Run the named cases of this module (all by default), as chapter 4's FSDP cases run."""
+    return run_cases(ctx, CASES, names)

@@ -273,13 +273,20 @@ CASES = {
 }
 
 
-def cases_worker(ctx, names: tuple[str, ...] | None = None) -> dict[str, dict]:
-    """Run the named cases (all by default) in turn; each returns its facts or ``{"error": ...}``."""
+def run_cases(ctx, cases: dict, names: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """Run the named ``cases`` (all by default) in turn, each a ``case(ctx)`` returning its facts, or
+    ``{"error": traceback}`` when it raises; the ranks meet after each, so one case's failure does not
+    leave a peer inside the next case's collectives."""
     out = {}
-    for name in names or tuple(CASES):
+    for name in names or tuple(cases):
         try:
-            out[name] = CASES[name](ctx)
+            out[name] = cases[name](ctx)
         except Exception:                                                    # noqa: BLE001
             out[name] = {"error": traceback.format_exc()}
         torch.distributed.barrier(group=ctx.group)
     return out
+
+
+def cases_worker(ctx, names: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """Run the named cases of this module (all by default): :func:`run_cases` over ``CASES``."""
+    return run_cases(ctx, CASES, names)
