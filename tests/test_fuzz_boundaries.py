@@ -74,8 +74,8 @@ CASES = {   # function -> (valid keyword arguments, the numeric ones to vary)
                                                       compute_mfu=0.5, usable_fraction=0.9, **SHAPE)),
     "layout.layout": (layout.layout, dict(n_gpus=64, gpus_per_node=8, nics_per_node=8, nic_bits_per_s=400e9,
                                           kv_heads=8, max_cp=4, **SHAPE)),
-    "layout_explain.layout_calculator": (layout_calculator, dict(n_gpus=64, kv_heads=8, **SHAPE)),
-    "layout_explain.llama3_405b": (llama3_405b, dict(seq_len=8192)),
+    "layout.layout_calculator": (layout_calculator, dict(n_gpus=64, kv_heads=8, **SHAPE)),
+    "layout.llama3_405b": (llama3_405b, dict(seq_len=8192)),
     "plan.model_shape": (model_shape, dict(n_params=70e9)),
     "plan.failure_budget": (planner.failure_budget, dict(n_params=70e9, n_gpus=2048, gpu_mtbf_seconds=1.8e8,
                                                          step_seconds=10.0)),
@@ -95,7 +95,7 @@ CASES = {   # function -> (valid keyword arguments, the numeric ones to vary)
 }
 
 
-SEARCHES = ("layout.plan_layouts", "layout.layout", "layout_explain.layout_calculator", "plan.plan")  # ~0.2 s a call
+SEARCHES = ("layout.plan_layouts", "layout.layout", "layout.layout_calculator", "plan.plan")  # ~0.2 s a call
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if n not in SEARCHES])

@@ -1,4 +1,4 @@
-"""The step model (course_lib.stepmodel) and the MFU the layout planner derives from it (issue 32):
+"""The step model (course_lib.layout.stepmodel) and the MFU the layout planner derives from it (issue 32):
 its constants refit from their published data, each GEMM's time from its shape, the parts summing
 to the step, Llama 3 405B's published layouts within ±15 % of Meta's MFU, and MFU moving with width,
 sequence length and cluster size the way published runs do."""
