@@ -29,6 +29,7 @@ _levels = [lg.level for lg in _quiet]
 for lg in _quiet:
     lg.setLevel(logging.ERROR)
 try:
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     from torchao.float8.config import ScalingGranularity
     from torchao.float8.float8_scaling_utils import hp_tensor_to_float8_dynamic
     from torchao.float8.float8_training_tensor import LinearMMConfig
@@ -247,6 +248,25 @@ def test_scaled_mm_and_dequantize_kernels_agree(recipe):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     ref = base(x).detach()
     assert float((outs[1][0] - ref).norm() / ref.norm()) < 0.1     # FP8's ~4 % error, not more
+
+
+def test_tensorwise_linear_equals_torchao_float8linear():
+    """torchao's Float8Linear (tensorwise: x and W in E4M3, the output gradient in E5M2, each
+    with its current amax) on the same weights and input: output, input gradient and weight
+    gradient equal bit for bit to FP8Linear with torch._scaled_mm."""
+    import copy
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    ref = copy.deepcopy(base)
+    convert_to_float8_training(ref, config=Float8LinearConfig())
+    ours = linear.FP8Linear.from_linear(copy.deepcopy(base[0]), "tensor", kernel="scaled_mm")
+    x = torch.randn(16, 64)
+    xr, xo = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    yr, yo = ref(xr), ours(xo)
+    yr.square().sum().backward()
+    yo.square().sum().backward()
+    assert torch.equal(yo, yr) and torch.equal(xo.grad, xr.grad)
+    assert torch.equal(ours.weight.grad, ref[0].weight.grad)
 
 
 def test_forward_multiplies_exactly_the_quantized_operands():
