@@ -315,3 +315,78 @@ def test_mfu_stated_both_ways():
     assert m["vs_fp8"] < half["vs_mixed"] < m["vs_bf16"]
     assert bill.mixed_peak("H100", 0.5) == pytest.approx(1 / (0.5 / 1979e12 + 0.5 / 989e12))
     assert "A100" not in bill.fp8_accelerators() and "H100-SXM" in bill.fp8_accelerators()
+
+
+# ----------------------------------------------------------------------------- the question bank
+def _tiles_reference(x):
+    """A student's correct quantize_1x128, returning the E4M3 values as float32 (the graded run's
+    pipe carries no FP8 dtype)."""
+    tiles = x.reshape(*x.shape[:-1], x.shape[-1] // 128, 128)
+    scales = 448.0 / tiles.abs().amax(-1).clamp(min=1e-12)
+    values = (tiles * scales.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return values.float().reshape(x.shape), scales
+
+
+def test_question_bank_agrees_with_the_library():
+    """Chapter 15's bank: the references are the library's numbers, the master's answers score full
+    marks, and the slips the feedback promises (the other format's max, a factor of 2, per-row
+    instead of per-tile, the wrong peak) are recognised by name, not only called wrong."""
+    from course_lib.checks import ch15_fp8 as bank
+    qs = {q.qid: q for q in bank.QUESTIONS}
+    assert sum(q.points for q in bank.QUESTIONS) >= 10
+    assert qs["e4m3_max"].reference() == 448.0 and qs["e4m3_spacing"].reference() == 32.0
+    assert "E5M2" in qs["e4m3_max"].grade(57344).message
+    assert "binade" in qs["e4m3_spacing"].grade(16).message
+    x = bank.drawn_tensor()
+    assert qs["scale_tensor"].reference() == pytest.approx(448 / 30.0)        # the planted 30.0 is the amax
+    assert qs["scale_tensor"].grade(448 / float(x.abs().max())).correct
+    assert "E5M2" in qs["scale_tensor"].grade(57344 / float(x.abs().max())).message
+    assert "inverse" in qs["scale_tensor"].grade(float(x.abs().max()) / 448).message
+    assert "row 0" in qs["scale_tensor"].grade(448 / float(x[0].abs().max())).message
+    tiles = 448 / x.reshape(4, 2, 128).abs().amax(-1)
+    assert qs["scale_tiles"].grade(tiles).correct and qs["scale_tiles"].grade(tiles.tolist()).correct
+    assert "One scale per row" in qs["scale_tiles"].grade(448 / x.abs().amax(-1, keepdim=True)).message
+    assert "2×" in qs["scale_tiles"].grade(2 * tiles).message
+    assert qs["mx_scale"].reference() == 2.0 ** -6
+    assert "powers of two" in qs["mx_scale"].grade(448 / 5.3).message
+    assert qs["survives_outlier"].grade(["block_1x128", "block_128x128", "mx"]).correct
+    wrong = qs["survives_outlier"].grade(["row", "mx"])
+    assert wrong.score < wrong.points and "per token" in wrong.message
+    mfu = fp8.fp8_mfu(70e9, 1200.0, gpu="H100-SXM")
+    assert qs["mfu_vs_bf16"].grade(mfu["vs_bf16"]).correct and qs["mfu_vs_fp8"].grade(mfu["vs_fp8"]).correct
+    assert "FP8 peak" in qs["mfu_vs_bf16"].grade(mfu["vs_fp8"]).message
+    assert "BF16 peak" in qs["mfu_vs_fp8"].grade(mfu["vs_bf16"]).message
+
+
+def test_quantize_question_grades_on_drawn_inputs():
+    """The function question runs the student's quantize_1x128 on tensors the notebook never shows
+    (fixed ones and one drawn from the run's seed) against fp8.quantize(x, 'block_1x128'): the
+    correct function scores full marks under every seed, FP8 or float32 values alike, and each
+    classic mistake gets 0 with its cause named."""
+    from course_lib.checks import ch15_fp8 as bank
+    q = next(q for q in bank.QUESTIONS if q.qid == "quantize_impl")
+    for seed in (0, 1, 2):
+        assert q.grade(_tiles_reference, seed=seed).correct
+    assert q.grade(lambda x: (_tiles_reference(x)[0].to(torch.float8_e4m3fn), _tiles_reference(x)[1])).correct
+
+    def per_row(x):
+        s = 448.0 / x.abs().amax(-1, keepdim=True)
+        return (x * s).to(torch.float8_e4m3fn).float(), s
+
+    def e5m2_max(x):
+        v, s = _tiles_reference(x)
+        return v, s * 128
+
+    def inverse(x):
+        v, s = _tiles_reference(x)
+        return v, 1 / s
+
+    def unrounded(x):
+        v, s = _tiles_reference(x)
+        return (x.reshape(*s.shape, 128) * s.unsqueeze(-1)).reshape(x.shape), s
+
+    for fn, cause in ((per_row, "one scale per row"), (e5m2_max, "E5M2's max"), (inverse, "inverse"),
+                      (unrounded, "not E4M3 numbers")):
+        r = q.grade(fn, seed=3)
+        assert r.score == 0 and cause in r.message, (fn.__name__, r.message)
+    assert "Pass your function" in q.grade(3).message
