@@ -25,7 +25,9 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
    the compute they overlap (the last microbatch's backward for ZeRO 0–2, whose gradients are
    reduced once per step; the whole step for ZeRO-3, which re-gathers the parameters for every
    microbatch's forward and backward). ``Layout.breakdown`` holds the compute by op and
-   ``Layout.hidden`` the communication each level hid.
+   ``Layout.hidden`` the communication each level hid. ``precision="fp8"`` runs the block's GEMMs
+   (``stepmodel.FP8_GEMMS``) at the chip's FP8 peak plus their casts (``breakdown["quantize"]``);
+   MFU stays against the BF16 peak, ``Layout.fp8`` adds it against the FP8 and mixed peaks.
 
 Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.21783 §3.3.2), so a
 group lives inside one node when the degrees inside it multiply to at most the GPUs per node;

@@ -102,11 +102,15 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     rerun = {"none": 0.0, "selective": parts["attention_forward"], "full": parts["forward"]}[mode]
     if job.rate is None:
         per_layer = parts["gemm"] + parts["attention"] + parts["memory"] + rerun
+        if job.fp8_peak:
+            per_layer += parts["quantize"]
         updated = (psi_gpu / (dp * cp) + experts_gpu * ep / (dp * cp)) if zero >= 1 else psi_gpu + experts_gpu
         optim = stepmodel.optimizer_seconds(updated, job.hbm_bandwidth)
         compute = m_f * layers * per_layer + optim
         breakdown = {k: m_f * layers * v for k, v in (("gemm", parts["gemm"]), ("attention", parts["attention"]),
                                                      ("memory", parts["memory"]), ("recompute", rerun))}
+        if job.fp8_peak:
+            breakdown["quantize"] = m_f * layers * parts["quantize"]
         breakdown["optimizer"] = optim
     else:
         attn = 2.0 * job.L * job.s * job.h                        # causal forward, per token
@@ -168,10 +172,21 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     hidden = {"tp": m * layers * tp_hidden, "cp": m * layers * cp_hidden, "dp": dp_hidden}
     if moe:
         hidden["ep"] = m * (moe.moe_layers / pp) * ep_hidden
+    mfu = 6 * job.psi * job.tokens / job.n / (job.peak * step)
     return Layout(tp, cp, pp, dp, v, zero, mode, m, states, activations, job.usable, compute, bubble,
-                  tp_s, cp_s, pp_s, dp_s, 6 * job.psi * job.tokens / job.n / (job.peak * step),
-                  states + activations, step, breakdown=breakdown, hidden=hidden, ep=ep, ep_s=ep_s,
-                  schedule=job.schedule)
+                  tp_s, cp_s, pp_s, dp_s, mfu, states + activations, step, breakdown=breakdown, hidden=hidden,
+                  ep=ep, ep_s=ep_s, schedule=job.schedule, fp8=_fp8_mfu(job, mfu) if job.fp8_peak else {})
+
+
+def _fp8_mfu(job: _Job, mfu: float) -> dict:
+    """An FP8 layout's MFU three ways (``course_lib.fp8.bill.fp8_mfu``'s convention): against the
+    BF16 peak (``Layout.mfu``), the FP8 peak, and the mixed peak 1/(f/P8 + (1−f)/P16) of the share
+    f of 6N in FP8 GEMMs: all but the embedding and output head, 2·V·h (untied), when the
+    vocabulary is given."""
+    f = max(0.0, 1.0 - 2.0 * job.vocab * job.h / job.psi)
+    mixed = 1.0 / (f / job.fp8_peak + (1.0 - f) / job.peak)
+    return {"mfu_vs_bf16": mfu, "mfu_vs_fp8": mfu * job.peak / job.fp8_peak, "mfu_vs_mixed": mfu * job.peak / mixed,
+            "fp8_flop_share": f, "gemms_in_fp8": ", ".join(stepmodel.FP8_GEMMS)}
 
 
 def _moe_parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool, ep: int) -> dict[str, float]:
@@ -186,16 +201,18 @@ def _moe_parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool, ep: int) -> d
     active = (moe.top_k + moe.shared) * moe.expert_params
     rest = max(job.psi / job.L - attn - active, 0.0)
     dense = _layer_parts(job.psi, job.L, h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
-                         tp, cp, t_mb, sp, mlp=active + rest)
+                         tp, cp, t_mb, sp, active + rest, *_fp8_args(job))
     shared = _layer_parts(job.psi, job.L, h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
-                          tp, cp, t_mb, sp, mlp=moe.shared * moe.expert_params + rest)
-    routed = routed_seconds(moe, t_mb / tp, h, ep, job.gpu, job.peak, job.hbm_bandwidth)
+                          tp, cp, t_mb, sp, moe.shared * moe.expert_params + rest, *_fp8_args(job))
+    routed = routed_seconds(moe, t_mb / tp, h, ep, job.gpu, job.peak, job.hbm_bandwidth, job.fp8_peak)
     w = moe.moe_layers / job.L
     out = {k: (1 - w) * dense[k] + w * shared[k] for k in dense}
-    for k in ("gemm", "memory", "forward"):
+    for k in ("gemm", "memory", "forward") + (("quantize",) if job.fp8_peak else ()):
         out[k] += w * routed[k]
     out["moe_layer"] = shared["gemm"] + shared["attention"] + shared["memory"] + sum(
         routed[k] for k in ("gemm", "memory"))
+    if job.fp8_peak:
+        out["moe_layer"] += shared["quantize"] + routed["quantize"]
     return out
 
 
@@ -208,18 +225,29 @@ def _logits_bytes(tokens: float, vocab: int, tp: int) -> float:
 def _parts(job: _Job, tp: int, cp: int, t_mb: float, sp: bool) -> dict[str, float]:
     """One layer's op times on one GPU for one microbatch (``stepmodel.layer_time``)."""
     return _layer_parts(job.psi, job.L, job.h, job.kv, job.s, job.b, job.gpu, job.peak, job.hbm_bandwidth,
-                        tp, cp, t_mb, sp)
+                        tp, cp, t_mb, sp, None, *_fp8_args(job))
+
+
+def _fp8_args(job: _Job) -> tuple[float, float]:
+    """(FP8 peak, a layer's share of the embedding and output head, 2·V·h/L) for ``_layer_parts``;
+    (0, 0) under BF16."""
+    return (job.fp8_peak, 2.0 * job.vocab * job.h / job.L) if job.fp8_peak else (0.0, 0.0)
 
 
 @functools.lru_cache(maxsize=4096)
-def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp, mlp=None) -> dict[str, float]:
+def _layer_parts(psi, n_layers, h, kv, s, b, gpu, peak, hbm, tp, cp, t_mb, sp, mlp=None, fp8_peak=0.0,
+                 head=0.0) -> dict[str, float]:
     """A pure function of its arguments, cached: the search asks it again for every PP, DP, v,
     ZeRO stage and recomputation mode of one (TP, CP). ``mlp``: the MLP's parameters, by default
-    the rest of a layer's share of Ψ after attention."""
+    the rest of a layer's share of Ψ after attention. ``fp8_peak`` > 0: the block's GEMMs in FP8,
+    ``head`` parameters of the MLP's share (the embedding and output head's, at most all but h²)
+    timed in BF16 (``stepmodel.layer_time``)."""
     if mlp is None:
         mlp = _mlp_params(psi, n_layers, h, kv)
     shape = stepmodel.LayerShape(t_mb, h, kv, mlp, tp, sp, s, cp, b)
-    return stepmodel.layer_time(shape, gpu, peak, hbm)
+    if not fp8_peak:
+        return stepmodel.layer_time(shape, gpu, peak, hbm)
+    return stepmodel.layer_time(shape, gpu, peak, hbm, fp8_peak, min(head, max(mlp - h * h, 0.0)))
 
 
 def _mlp_params(psi: float, n_layers: int, h: int, kv: int) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .._validate import choice, flag, fraction, positive, positive_int, zero_stage
-from ..hardware import lookup
+from ..hardware import ACCELERATORS, lookup
 from ..memory import BLOCKS
 from ..network import Network
 from .moe import MoE
@@ -70,6 +70,9 @@ class Layout:
     ep: int = 1            # expert parallelism, carved from DP (a mixture of experts)
     ep_s: float = 0.0      # the exposed all-to-all of the MoE layers
     schedule: str = "1f1b"  # the pipeline schedule ("zb-h1": zero-bubble's split backward)
+    # precision="fp8" only (empty under BF16): ``mfu`` above stays against the BF16 peak, the course's
+    # convention; here the same step against the FP8 peak and the mixed one (course_lib.fp8.bill)
+    fp8: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -112,12 +115,13 @@ class _Job:
     moe: MoE | None = None   # a mixture of experts (course_lib.layout.moe)
     schedule: str = "1f1b"    # "zb-h1": zero-bubble's B/W split (given layouts only, estimate)
     block: str = "gpt"        # how activations are counted (memory.BLOCKS): Korthikanti's or a Llama block's
+    fp8_peak: float = 0.0     # precision="fp8": the chip's dense FP8 peak (stepmodel.FP8_GEMMS run at it); 0: BF16
 
 
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
          sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
-         vocab_size=None, moe=None, block="gpt") -> _Job:
+         vocab_size=None, moe=None, block="gpt", precision="bf16") -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -137,6 +141,7 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
     acc = lookup("gpu", gpu)
     u = None if compute_mfu is None else fraction("compute_mfu", compute_mfu)
     peak = acc.peak(acc.training_dtype)
+    fp8_peak = _fp8_peak(acc, precision, u)
     return _Job(positive("n_params", n_params), positive_int("n_layers", n_layers, maximum=_MAX_LAYERS), h, a, s,
                 tokens, positive_int("n_gpus", n_gpus), kv * h // a, positive_int("micro_batch", micro_batch),
                 flag("flash_attention", flash_attention), peak, None if u is None else peak * u,
@@ -146,7 +151,25 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
                 flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
                 0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
-                _moe(moe, n_layers, n_params), block=choice("block", block, BLOCKS))
+                _moe(moe, n_layers, n_params), block=choice("block", block, BLOCKS), fp8_peak=fp8_peak)
+
+
+def _fp8_peak(acc, precision, compute_mfu) -> float:
+    """The dense FP8 peak the step model runs ``stepmodel.FP8_GEMMS`` at under ``precision="fp8"``
+    (``course_lib.hardware``'s cited datasheet figure), 0.0 under "bf16" (the chip's 16-bit training
+    dtype: FP16 on V100). A chip without FP8 tensor cores (A100, V100, the TPUs listed) is refused,
+    and so is a flat ``compute_mfu``, which spreads 6Ψ over one peak and has no GEMMs to run in FP8."""
+    if choice("precision", precision, ("bf16", "fp8")) == "bf16":
+        return 0.0
+    p8 = acc.peak_flops.get("fp8", 0.0)
+    if not p8:
+        raise ValueError(f"precision='fp8': gpu={acc.name!r} has no FP8 tensor cores (no dense FP8 peak in "
+                         f"course_lib.hardware); use precision='bf16' or a chip with FP8: "
+                         f"{', '.join(n for n, a in ACCELERATORS.items() if a.peak_flops.get('fp8'))}")
+    if compute_mfu is not None:
+        raise ValueError(f"precision='fp8' needs the step model: compute_mfu={compute_mfu!r} is a flat share of "
+                         f"the BF16 peak with no GEMMs to run in FP8; leave compute_mfu=None")
+    return p8
 
 
 def _moe(moe, n_layers, n_params) -> MoE | None:

@@ -78,20 +78,32 @@ def expert_degrees(moe: MoE, dp: int, pow2) -> list[int]:
     return [e for e in pow2 if e <= dp and dp % e == 0 and moe.n_experts % e == 0]
 
 
-def routed_seconds(moe: MoE, tokens: float, h: int, ep: int, gpu: str, peak: float, hbm: float) -> dict:
+def routed_seconds(moe: MoE, tokens: float, h: int, ep: int, gpu: str, peak: float, hbm: float,
+                   fp8_peak: float = 0.0) -> dict:
     """One MoE layer's routed experts on the busiest GPU for ``tokens`` of its own, forward and
     backward: (E/ep) experts × their GEMMs on m = k·tokens·ep/E rows each, times ``imbalance``;
-    the SwiGLU product of the routed tokens over HBM. Also the forward alone (recomputation)."""
+    the SwiGLU product of the routed tokens over HBM. Also the forward alone (recomputation).
+    With ``fp8_peak`` > 0 the expert GEMMs run in FP8 (DeepSeek-V3's, arXiv 2412.19437 §3.3) and
+    their input casts are the ``quantize`` part (``stepmodel.linear_seconds``)."""
     local = moe.n_experts // ep
     m = moe.top_k * tokens * ep / moe.n_experts
     ffn = moe.expert_params / (3.0 * h)
-    fwd = bwd = 0.0
+    fwd = bwd = q_fwd = q_bwd = 0.0
     for mm, n, k in ((m, 2 * ffn, h), (m, h, ffn)):
-        fwd += stepmodel.gemm_seconds(mm, n, k, gpu, peak, hbm)
-        bwd += stepmodel.gemm_seconds(mm, k, n, gpu, peak, hbm) + stepmodel.gemm_seconds(k, n, mm, gpu, peak, hbm)
+        if not fp8_peak:
+            fwd += stepmodel.gemm_seconds(mm, n, k, gpu, peak, hbm)
+            bwd += stepmodel.gemm_seconds(mm, k, n, gpu, peak, hbm) + stepmodel.gemm_seconds(k, n, mm, gpu, peak, hbm)
+            continue
+        (g, q), (g1, q1), (g2, q2) = (stepmodel.linear_seconds(*x, gpu, peak, hbm, fp8_peak)
+                                      for x in ((mm, n, k), (mm, k, n), (k, n, mm)))
+        fwd, bwd, q_fwd, q_bwd = fwd + g, bwd + g1 + g2, q_fwd + q, q_bwd + q1 + q2
     mem_fwd = 2.0 * (moe.top_k * tokens) * 3 * ffn / hbm
     f = moe.imbalance
-    return {"gemm": f * local * (fwd + bwd), "memory": f * 3.0 * mem_fwd, "forward": f * (local * fwd + mem_fwd)}
+    out = {"gemm": f * local * (fwd + bwd), "memory": f * 3.0 * mem_fwd, "forward": f * (local * fwd + mem_fwd)}
+    if fp8_peak:
+        out["quantize"] = f * local * (q_fwd + q_bwd)
+        out["forward"] += f * local * q_fwd
+    return out
 
 
 def all_to_all_seconds(moe: MoE, tokens: float, h: int, ep: int, in_node: int, link: float,

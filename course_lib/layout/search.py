@@ -82,7 +82,7 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
                  selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
                  vocab_size: int | None = None, moe: MoE | None = None,
-                 block: str = "gpt") -> list[Layout]:
+                 block: str = "gpt", precision: str = "bf16") -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -106,10 +106,19 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     activations are counted: "gpt", Korthikanti et al.'s GELU / multi-head / dropout block
     (``memory.activation_bytes_per_layer``), or "llama", an RMSNorm / grouped-query / SwiGLU block
     without dropout, counted tensor by tensor (``memory.llama_activation_bytes_per_layer``).
+
+    ``precision="fp8"`` runs the block's GEMMs (``stepmodel.FP8_GEMMS``: QKV, attention output,
+    MLP up and down, forward and both backward GEMMs; ``stepmodel.FP8_SOURCE``) at the chip's FP8
+    peak, after casts timed as memory-bound work; attention, the norms and the embedding and output
+    head (2·V·h, when ``vocab_size`` is given) stay BF16. A chip without FP8 is refused. The memory
+    model is BF16's: DeepSeek-V3 caches Linear inputs in FP8 (arXiv 2412.19437 §3.3.3), Transformer
+    Engine keeps FP8 weight copies beside BF16 ones; neither is modelled, so FP8 memory is an upper
+    bound. ``Layout.mfu`` stays against the BF16 peak; ``Layout.fp8`` gives it against the FP8 and
+    mixed peaks.
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision)
     return [x for x in _all(job) if x.fits]
 
 
@@ -120,7 +129,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
              cp_comm: str = "ring", vocab_size: int | None = None, moe: MoE | None = None,
-             ep: int = 1, schedule: str = "1f1b", block: str = "gpt") -> Layout:
+             ep: int = 1, schedule: str = "1f1b", block: str = "gpt", precision: str = "bf16") -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -136,12 +145,14 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     ``schedule="zb-h1"`` times the pipeline as ZB-H1 (zero-bubble with 1F1B's memory, DeepSeek-V2's
     schedule, arXiv 2405.04434 §3.2): a third of 1F1B's bubble when m >= PP (``ZB_H1_BUBBLE_SHARE``),
     1F1B's below; it needs v = 1. The search does not try it.
+
+    ``precision="fp8"``: the block's GEMMs in FP8, as in :func:`plan_layouts`.
     """
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
-        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block)
+        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block, precision=precision)
     ep = positive_int("ep", ep)
     sched = choice("schedule", schedule, ("1f1b", "zb-h1"))
     if sched == "zb-h1" and v > 1:
@@ -173,16 +184,18 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
            compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
            selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
-           vocab_size: int | None = None, moe: MoE | None = None, block: str = "gpt") -> Layout:
+           vocab_size: int | None = None, moe: MoE | None = None, block: str = "gpt",
+           precision: str = "bf16") -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
-    of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``)."""
+    of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``).
+    ``precision`` is "bf16" or "fp8" (the block's GEMMs in FP8, as in :func:`plan_layouts`)."""
     nic = lookup("gpu", gpu).nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s
     net = Network("custom", positive_int("gpus_per_node", gpus_per_node),
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:

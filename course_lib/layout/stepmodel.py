@@ -22,6 +22,12 @@ MFU whatever its width, sequence or cluster. Here one layer's work on one GPU, f
   in 16-bit, at the datasheet's HBM bandwidth (an optimistic floor: real kernels reach less).
 * The **optimizer step** once per step: AdamW reads and writes FP32 master weights and two moments
   and reads the gradient, and writes the 16-bit weights, 30 bytes per parameter it updates.
+* **FP8** (``precision="fp8"`` in the planner: ``layer_time(..., fp8_peak=...)``): the GEMMs of
+  ``FP8_GEMMS`` (forward, input gradient and weight gradient of each) run at the chip's dense FP8
+  peak with the same efficiency model (the BF16 matmul ceiling's fraction, an assumption: the
+  MAMF table measures BF16), reading 1-byte inputs; every such GEMM first casts its two inputs
+  (``QUANTIZE_BYTES_PER_ELEMENT``, memory-bound at HBM bandwidth, the ``quantize`` part).
+  Attention (softmax(QKᵀ)V), the norms and the embedding/output-head share stay BF16.
 
 ``layer_time`` returns the parts (seconds per layer and microbatch, forward + backward); the planner
 multiplies by layers and microbatches, adds recomputation, the bubble and the exposed communication,
@@ -36,7 +42,23 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 __all__ = ["MATMUL_CEILING", "PROCESSORS", "ATTENTION_CEILING", "gemm_seconds", "attention_efficiency",
-           "LayerShape", "layer_time", "optimizer_seconds", "ADAM_BYTES_PER_PARAM", "SUSTAINED"]
+           "LayerShape", "layer_time", "optimizer_seconds", "ADAM_BYTES_PER_PARAM", "SUSTAINED", "FP8_GEMMS",
+           "FP8_SOURCE", "QUANTIZE_BYTES_PER_ELEMENT", "linear_seconds"]
+
+# The GEMMs that run in FP8 under precision="fp8": the block's four Linear operators, each in its
+# forward (Fprop), input-gradient (Dgrad) and weight-gradient (Wgrad) GEMM.
+FP8_GEMMS = ("qkv", "attention_output", "mlp_up_gate", "mlp_down")
+FP8_SOURCE = ("DeepSeek-V3 (arXiv 2412.19437 §3.3.1, Figure 6): Fprop, Dgrad and Wgrad of the Linear operators in "
+              "FP8; the embedding, the output head, MoE gating, normalisation and attention operators kept in "
+              "BF16/FP32. NVIDIA Transformer Engine's fp8_autocast likewise runs only its Linear layers' GEMMs in FP8 "
+              "(core attention, softmax(QK^T)V, stays BF16 by default)")
+# Casting one element of a GEMM input to FP8 before the GEMM: read it in BF16 (2 bytes), write it in
+# FP8 (1 byte), and the amax reduction that sets its scale, counted as one more BF16 read (2 bytes):
+# per-tensor current scaling reads the tensor for its amax before it can cast (Transformer Engine's
+# Float8CurrentScaling; torchao's tensorwise Float8Linear). Delayed and tile-wise scaling fuse the
+# amax into the cast's read (3 bytes), and a fused cast-transpose reuses an input between the forward
+# and the backward, so counting both inputs of every FP8 GEMM at 5 bytes is an upper bound.
+QUANTIZE_BYTES_PER_ELEMENT = 2.0 + 1.0 + 2.0
 
 _MAMF = ("S. Bekman, Machine Learning Engineering Open Book, 'Maximum Achievable Matmul FLOPS comparison "
          "table' (compute/accelerator/README.md, BF16, mean of 100 iterations at the best shape found)")
@@ -128,7 +150,7 @@ def _pow2_at_least(x: float) -> float:
 
 
 def gemm_seconds(m: float, n: float, k: float, gpu: str, peak: float, hbm_bandwidth: float,
-                 bytes_per_value: float = 2.0) -> float:
+                 bytes_per_value: float = 2.0, out_bytes: float | None = None) -> float:
     """Seconds for one (m×k)·(k×n) GEMM in a training step: the larger of its compute time (at the
     matmul ceiling times ``SUSTAINED``, divided by the share of the waves' processor slots that hold
     a tile's worth of real output) and its memory time.
@@ -136,7 +158,8 @@ def gemm_seconds(m: float, n: float, k: float, gpu: str, peak: float, hbm_bandwi
     Tiles shrink (to a power of two, at least 64) for a matrix smaller than the big tile, and a grid
     of fewer tiles than processors splits its k dimension (split-K / Stream-K, Osama et al., arXiv
     2301.03598) into as many slices as fill the processors, each slice at least 512 deep: what
-    cuBLAS's heuristics do, roughly, for small and weight-gradient GEMMs."""
+    cuBLAS's heuristics do, roughly, for small and weight-gradient GEMMs. ``out_bytes``: bytes per
+    output value when they differ from the inputs' (an FP8 GEMM writes BF16)."""
     if min(m, n, k) <= 0:
         return 0.0
     units, tm, tn, _ = PROCESSORS[gpu]
@@ -146,8 +169,25 @@ def gemm_seconds(m: float, n: float, k: float, gpu: str, peak: float, hbm_bandwi
     useful = (m * n) / (tm * tn) * split         # tiles' worth of real output (edge tiles are padded)
     busy = math.ceil(tiles * split / units) * units   # processor-tiles the waves take
     compute = 2.0 * m * n * k / (peak * SUSTAINED * MATMUL_CEILING[gpu][0] * (useful / busy))
-    memory = bytes_per_value * (m * k + k * n + m * n) / hbm_bandwidth
+    if out_bytes is None:
+        memory = bytes_per_value * (m * k + k * n + m * n) / hbm_bandwidth
+    else:
+        memory = (bytes_per_value * (m * k + k * n) + out_bytes * m * n) / hbm_bandwidth
     return max(compute, memory)
+
+
+def linear_seconds(m: float, n: float, k: float, gpu: str, peak: float, hbm_bandwidth: float,
+                   fp8_peak: float = 0.0) -> tuple[float, float]:
+    """(GEMM seconds, quantization seconds) of one GEMM of a Linear operator: in BF16 at ``peak``
+    (no quantization), or with ``fp8_peak`` > 0 in FP8: 1-byte inputs and a BF16 output at the FP8
+    peak (``gemm_seconds``' efficiency model), after casting both inputs, m·k + k·n elements at
+    ``QUANTIZE_BYTES_PER_ELEMENT`` over HBM."""
+    if not fp8_peak:
+        return gemm_seconds(m, n, k, gpu, peak, hbm_bandwidth), 0.0
+    if min(m, n, k) <= 0:
+        return 0.0, 0.0
+    return (gemm_seconds(m, n, k, gpu, fp8_peak, hbm_bandwidth, bytes_per_value=1.0, out_bytes=2.0),
+            QUANTIZE_BYTES_PER_ELEMENT * (m * k + k * n) / hbm_bandwidth)
 
 
 @dataclass(frozen=True)
@@ -176,15 +216,27 @@ def _elementwise_elements(x: LayerShape, ffn: float) -> float:
     return norms_res + 2 * (h + x.kv_width) / tp + 3 * ffn / tp
 
 
-def layer_time(x: LayerShape, gpu: str, peak: float, hbm_bandwidth: float) -> dict[str, float]:
+def layer_time(x: LayerShape, gpu: str, peak: float, hbm_bandwidth: float, fp8_peak: float = 0.0,
+               bf16_params: float = 0.0) -> dict[str, float]:
     """Seconds one layer takes on one GPU for one microbatch, forward + backward, by part:
     ``gemm``, ``attention``, ``memory`` (memory-bound ops), and ``forward`` (what one more forward
-    costs: full recomputation) and ``attention_forward`` (selective recomputation)."""
+    costs: full recomputation) and ``attention_forward`` (selective recomputation).
+
+    With ``fp8_peak`` > 0 the ``FP8_GEMMS`` run in FP8 (``linear_seconds``) and a ``quantize`` part
+    holds their casts (in ``forward`` too, for recomputation); ``bf16_params`` of ``mlp_params``
+    (the layer's share of the embedding and output head) are then timed apart, as one BF16 GEMM
+    of that width."""
     h, tp, t = x.d_model, x.tp, x.tokens
-    ffn = x.mlp_params / (3.0 * h)                                   # SwiGLU width F: 3·h·F parameters
+    ffn = (x.mlp_params - bf16_params) / (3.0 * h)                   # SwiGLU width F: 3·h·F parameters
     shapes = [(t, (h + 2 * x.kv_width) / tp, h), (t, h, h / tp), (t, 2 * ffn / tp, h), (t, h, ffn / tp)]
-    fwd = bwd = 0.0
+    fwd = bwd = q_fwd = q_bwd = 0.0
     for m, n, k in shapes:
+        g, q = linear_seconds(m, n, k, gpu, peak, hbm_bandwidth, fp8_peak)
+        g1, q1 = linear_seconds(m, k, n, gpu, peak, hbm_bandwidth, fp8_peak)
+        g2, q2 = linear_seconds(k, n, m, gpu, peak, hbm_bandwidth, fp8_peak)
+        fwd, bwd, q_fwd, q_bwd = fwd + g, bwd + (g1 + g2), q_fwd + q, q_bwd + (q1 + q2)
+    if bf16_params > 0:                                              # the head's share, in BF16
+        m, n, k = t, bf16_params / h / tp, h
         fwd += gemm_seconds(m, n, k, gpu, peak, hbm_bandwidth)
         bwd += gemm_seconds(m, k, n, gpu, peak, hbm_bandwidth) + gemm_seconds(k, n, m, gpu, peak, hbm_bandwidth)
     # attention: each GPU's queries t against the keys before them (the whole sequence across CP)
@@ -192,9 +244,13 @@ def layer_time(x: LayerShape, gpu: str, peak: float, hbm_bandwidth: float) -> di
     block = x.seq_len / x.cp
     a_fwd = flops / (peak * attention_efficiency(gpu, block))
     a_bwd = 2.5 * flops / (peak * attention_efficiency(gpu, block, backward=True))
-    mem_fwd = 2.0 * t * _elementwise_elements(x, ffn) / hbm_bandwidth
-    return {"gemm": fwd + bwd, "attention": a_fwd + a_bwd, "memory": 3.0 * mem_fwd,
-            "forward": fwd + a_fwd + mem_fwd, "attention_forward": a_fwd}
+    mem_fwd = 2.0 * t * _elementwise_elements(x, x.mlp_params / (3.0 * h)) / hbm_bandwidth   # as in BF16
+    out = {"gemm": fwd + bwd, "attention": a_fwd + a_bwd, "memory": 3.0 * mem_fwd,
+           "forward": fwd + a_fwd + mem_fwd, "attention_forward": a_fwd}
+    if fp8_peak:
+        out["quantize"] = q_fwd + q_bwd
+        out["forward"] += q_fwd
+    return out
 
 
 ADAM_BYTES_PER_PARAM = 30.0   # FP32 master, m, v read + written (24), FP32 grad read (4), 16-bit weight written (2)

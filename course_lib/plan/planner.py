@@ -197,6 +197,18 @@ def _caveats(dtype: str, microbatches: int, dp: int, gpu: str) -> tuple[str, ...
     return tuple(out)
 
 
+def _fp8_caveat(fp8: dict, used: float) -> tuple[str, ...]:
+    """precision="fp8": which GEMMs ran in FP8 and the MFU against each peak (``Layout.fp8``)."""
+    if not fp8:
+        return ()
+    scale = used / fp8["mfu_vs_bf16"]     # a given mfu rescales the layout's three figures alike
+    return (f"precision='fp8': {fp8['gemms_in_fp8']} (forward and both backward GEMMs) in FP8, their input "
+            f"casts timed as memory-bound work; attention, norms, embedding and output head in BF16 "
+            f"({fp8['fp8_flop_share']:.0%} of 6N in FP8). MFU {used:.1%} is against the BF16 peak (the "
+            f"course's convention); against the FP8 peak {fp8['mfu_vs_fp8'] * scale:.1%}, against the mixed "
+            f"peak {fp8['mfu_vs_mixed'] * scale:.1%}.",)
+
+
 @calculator
 def plan(compute: float | None = None, n_params: float | None = None, n_tokens: float | None = None,
          gpu: str = "H100-SXM", n_gpus: int = 1024, gpus_per_node: int = 8, seq_len: int = 8192,
@@ -206,7 +218,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          kv_heads: int | None = None, nics_per_node: int | None = None, nic_bits_per_s: float | None = None,
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
          usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float | None = None,
-         restart_seconds: float | None = None, moe: MoE | None = None, block: str = "gpt") -> Plan:
+         restart_seconds: float | None = None, moe: MoE | None = None, block: str = "gpt",
+         precision: str = "bf16") -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -226,6 +239,9 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     ``block`` counts a layer's activations as Korthikanti's GELU / multi-head / dropout block
     ("gpt") or as a Llama block (RMSNorm, grouped-query attention, SwiGLU, no dropout: "llama",
     ``memory.llama_activation_bytes_per_layer``).
+    ``precision="fp8"`` times the block's GEMMs in FP8 (``layout.plan_layouts``; refused on a chip
+    without FP8); the MFU stays against the BF16 peak, and a caveat states it against the FP8 and
+    mixed peaks and which GEMMs ran in FP8.
     """
     n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
     acc = lookup("gpu", gpu)
@@ -253,7 +269,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         best = layout(n, L, h, a, s, batch, n_gpus, gpu=gpu, gpus_per_node=g,
                       nics_per_node=g if nics_per_node is None else nics_per_node,
                       nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
-                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe, block=block)
+                      kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe, block=block,
+                      precision=precision)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise
@@ -293,6 +310,6 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         restart_s=float(restart_seconds), goodput=good, wall_days=days / good,
         loader_tokens_per_s=tokens_per_s, loader_bytes_per_s=tokens_per_s * bytes_per_token,
         bytes_per_token=bytes_per_token, dtype=dtype,
-        caveats=_caveats(dtype, best.microbatches, best.dp * best.cp, acc.name),
+        caveats=_caveats("fp8" if best.fp8 else dtype, best.microbatches, best.dp * best.cp, acc.name) + _fp8_caveat(best.fp8, used),
         layout_explanation=best.explanation)
 
