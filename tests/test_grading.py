@@ -241,11 +241,15 @@ def test_graded_feedback_names_the_kind_not_the_ratio():
 def test_wire_is_strict_data():
     torch = pytest.importorskip("torch")
     value = {"a": (1, 2.5, float("nan"), float("-inf")), 3: [True, None, "s"], "t": torch.tensor([[1.0, 2.0]]),
-             "n": np.arange(3), "set": {"A", "B"}, "f16": torch.tensor(0.5, dtype=torch.float16)}
+             "n": np.arange(3), "set": {"A", "B"}, "f16": torch.tensor(0.5, dtype=torch.float16),
+             "e4m3": torch.tensor([448.0, -0.001953125], dtype=torch.float8_e4m3fn),     # chapter 15's answers
+             "e5m2": torch.tensor([57344.0, float("inf")], dtype=torch.float8_e5m2)}
     back = wire.decode(wire.loads(wire.dumps(wire.encode(value))))
     assert back["a"][:2] == (1, 2.5) and np.isnan(back["a"][2]) and back["a"][3] == float("-inf")
     assert back[3] == [True, None, "s"] and back["set"] == {"A", "B"}
     assert torch.equal(back["t"], value["t"]) and back["f16"].dtype == torch.float16
+    for fmt in ("e4m3", "e5m2"):                         # FP8 crosses bit for bit, dtype kept
+        assert back[fmt].dtype == value[fmt].dtype and back[fmt].view(torch.uint8).equal(value[fmt].view(torch.uint8))
     assert isinstance(back["n"], np.ndarray) and back["n"].tolist() == [0, 1, 2]
     assert wire.decode(wire.encode(object())).type_name == "object"
     for bad in ('{"x": NaN}', '[Infinity]', "1e999", '{"$tensor": {"kind": "torch", "dtype": "float32", '

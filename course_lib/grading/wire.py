@@ -23,7 +23,7 @@ MAX_DIMS = 32          # numpy's own limit is 64; no answer needs more
 NUMPY_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                           "float16", "float32", "float64", "complex64", "complex128"})
 TORCH_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "float16", "bfloat16",
-                          "float32", "float64"})
+                          "float32", "float64", "float8_e4m3fn", "float8_e5m2"})   # FP8: chapter 15
 
 
 class WireError(ValueError):
