@@ -10,7 +10,7 @@ import torch
 from course_lib.moe import causality
 from course_lib import moe
 from course_lib.grading import Mistake, Question
-from course_lib.grading.i18n import msg, series
+from course_lib.grading.i18n import cases_partial, msg, series
 from course_lib.grading.inputs import MOE_SCHEMES
 
 
@@ -101,8 +101,7 @@ def _grade_token_choice(fn, draw) -> tuple[float, str]:
                       "choices in rank order, and keep a pair while its expert has a free slot")
         notes.setdefault(why, []).append(f"[k={k} CF={cf} C={ref.capacity}]")
     if passed < len(cases):
-        return passed / len(cases) * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
-                                                  for w, c in notes.items())
+        return cases_partial(passed, len(cases), notes)
     causal, indep, _ = harness_verdict(moe.mask_router(lambda lg: fn(lg, 2, 1.0)))
     if not (causal and indep):
         return 0.75, "matches the reference on the fixed cases but the harness finds it is not causal"

@@ -8,7 +8,7 @@ import torch
 
 from course_lib import comm
 from course_lib.grading import Mistake, Question
-from course_lib.grading.i18n import msg, series
+from course_lib.grading.i18n import cases_partial, msg
 
 # Q1/Q2: one DeepSeek-V3-like MoE layer (arXiv 2412.19437: d = 7168, 8 routed experts a token)
 LAYER = dict(tokens=4096, d_model=7168, top_k=8, ep=64)
@@ -74,8 +74,7 @@ def _grade_dispatch(fn, draw) -> tuple[float, str]:
         notes.setdefault(why, []).append(f"[n={n} E={e} ep={ep}]")
     if passed == len(cases):
         return 1.0, "matches the layer's dispatch on every case, including one drawn for this run"
-    return passed / len(cases) * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
-                                              for w, c in notes.items())
+    return cases_partial(passed, len(cases), notes)
 
 
 QUESTIONS = [

@@ -12,7 +12,7 @@ import torch
 from course_lib import fp8
 from course_lib.fp8 import runs
 from course_lib.grading import NO_UNIT, Mistake, Question
-from course_lib.grading.i18n import msg, series
+from course_lib.grading.i18n import cases_partial, msg, series
 
 # Q2: the spacing of E4M3 between 256 and 448 (the value the question names lies in that binade)
 SPACING_AT = 300.0
@@ -176,8 +176,7 @@ def _grade_quantize(fn, draw) -> tuple[float, str]:
             notes.setdefault(why, []).append(label)
     if passed == len(cases):
         return 1.0, "matches fp8.quantize(x, 'block_1x128') bit for bit on every case, including one drawn for this run"
-    return passed / len(cases) * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
-                                              for w, c in notes.items())
+    return cases_partial(passed, len(cases), notes)
 
 
 QUESTIONS = [

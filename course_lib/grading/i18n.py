@@ -113,6 +113,14 @@ def series(parts: Any, sep: str = "; ") -> Series:
     return Series(parts, sep)
 
 
+def cases_partial(passed: int, total: int, notes: dict) -> tuple[float, Series]:
+    """A code question's partial credit when some of its ``total`` cases fail: three quarters of the
+    points in proportion to the cases passed, and each distinct mistake once with the cases it broke
+    (``notes``: {why: [case label, ...]}, in the order found)."""
+    return passed / total * 0.75, series(msg("{why} (cases {cases})", why=w, cases=" ".join(c))
+                                         for w, c in notes.items())
+
+
 def _read(path: Path) -> dict[str, str]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str)
