@@ -22,10 +22,11 @@ help:
 	@echo "make bench  notebook run times, the measured-vs-theory ratios the book quotes, the time to grade 30 submissions"
 	@echo "make gpu-check / gpu-labs   on an N-GPU box: NCCL all-reduce check and bandwidth; run every lab"
 
-$(VENV_OK): requirements.txt pyproject.toml
+$(VENV_OK): requirements.txt requirements-nodeps.txt pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(VENV_OK)
 
