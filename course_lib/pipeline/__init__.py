@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int
 from .gantt import Event, Timeline
-from .schedules import ONE_STAGE, SCHEDULES, Op, interleaved_1f1b, parse_ops, schedule
+from .schedules import ONE_STAGE, SCHEDULES, V_SCHEDULES, Op, interleaved_1f1b, parse_ops, schedule, stage_of
 
 __all__ = ["bubble_fraction", "bubble_overhead", "min_microbatches", "step_time",
            "peak_in_flight", "ScheduleError", "simulate", "MAX_OPS"]
@@ -92,7 +92,8 @@ def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
     in units of one full stage's activations (a chunk counts 1/v).
 
     GPipe: ``m``. 1F1B: ``min(p − stage, m)``. Interleaved: read off Megatron's order. ZB-H1:
-    a microbatch counts until its weight gradient (W) has run, ``min(p, m)`` on every stage. Only
+    a microbatch counts until its weight gradient (W) has run, ``min(p, m)`` on every stage.
+    ZB-V and DualPipeV (two chunks, each half a stage): read off their orders. Only
     ``stage``'s own order is built; ``m·v`` may be at most ``MAX_OPS``.
     """
     name = choice("name", name, SCHEDULES)
@@ -103,6 +104,8 @@ def peak_in_flight(name: str, p: int, m: int, stage: int, v: int = 1) -> float:
     _check_ops(m=m, v=v)
     if name == "interleaved":
         return _peak(interleaved_1f1b(p, m, stage, v), v)
+    if name in V_SCHEDULES and v <= 2:
+        return _peak(ONE_STAGE[name](p, m, stage), 2)
     if v != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
     return _peak(ONE_STAGE[name](p, m, stage), 1)
@@ -170,7 +173,7 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
              *, v: int = 1, t_forward: float | Sequence[float] = 1.0,
              t_backward: float | Sequence[float] = 2.0, t_comm: float = 0.0,
              op_times: Mapping[tuple[str, int, int], float] | None = None,
-             w_share: float = 0.5) -> Timeline:
+             w_share: float = 0.5, placement: str | None = None) -> Timeline:
     """Replay a pipeline schedule exactly and return its ``Timeline``.
 
     ``orders`` is a schedule name ("gpipe", "1f1b", "interleaved", then ``p``, ``m`` and ``v`` are
@@ -182,7 +185,10 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
     the durations a real run measured, to replay it without its communication); operations it
     does not list take ``t_forward``/``t_backward``. Where the orders split the backward (``W``
     ops, the ZB-H1 schedule), B takes ``1 − w_share`` of ``t_backward`` and W the rest (a linear
-    layer's two backward GEMMs cost the same, so 0.5 by default).
+    layer's two backward GEMMs cost the same, so 0.5 by default). ``placement`` "loop" (chunk c
+    of rank r is stage c·p + r) or "v" (ZB-V, DualPipeV: chunk 1 of rank r is stage 2p−1−r;
+    a hop between two stages of the same rank then costs no ``t_comm``); by default the one the
+    orders carry (``schedules.Orders``), else "loop".
 
     Dependencies: F(mb, stage g) needs F(mb, g−1); B(mb, g) needs F(mb, g) and B(mb, g+1);
     W(mb, g) needs B(mb, g).
@@ -190,16 +196,22 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
     with stashed activations (in whole-stage units). Raises ``ScheduleError`` (a ValueError) if
     an order is incomplete or can never finish.
     """
+    place = placement if placement is not None else getattr(orders, "placement", None)
     if isinstance(orders, str):
         name = choice("orders", orders, SCHEDULES)
+        place = place or ("v" if name in V_SCHEDULES else "loop")
         if p is None or m is None:
             raise ValueError("p and m are needed when orders is a schedule name")
         p, m, v = _sizes(p, m, v)
         _check_ops(p=p, m=m, v=v)
         orders = schedule(name, p, m, v)
+    place = choice("placement", place or "loop", ("loop", "v"))
     ops = [parse_ops(o) for o in orders]
     n_mb, v = _validate_orders(ops)
     p = len(ops)
+    if place == "v" and v != 2:
+        raise ScheduleError(f"placement='v' needs two chunks (0 and 1) on every rank, got {v}")
+    rank_of = {stage_of(r, c, p, place): r for r in range(p) for c in range(v)}
     if m is not None and positive_int("m", m) != n_mb:
         raise ScheduleError(f"orders hold microbatches 0..{n_mb - 1} but m={m}")
     tc = positive("t_comm", t_comm, allow_zero=True)
@@ -218,7 +230,7 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
         for r in range(p):
             while ptr[r] < len(ops[r]):
                 op = ops[r][ptr[r]]
-                g = op.chunk * p + r
+                g = stage_of(r, op.chunk, p, place)
                 if op.kind == "F":
                     deps = [("F", op.mb, g - 1)] if g > 0 else []
                 elif op.kind == "W":
@@ -227,7 +239,8 @@ def simulate(orders: str | Sequence[Sequence[Op | str]], p: int | None = None, m
                     deps = [("F", op.mb, g)] + ([("B", op.mb, g + 1)] if g < last else [])
                 if any(d not in done for d in deps):
                     break
-                ready = max([free[r]] + [done[d] + (tc if d[2] != g else 0.0) for d in deps])
+                far = [rank_of[d[2]] != r if place == "v" else d[2] != g for d in deps]
+                ready = max([free[r]] + [done[d] + (tc if f else 0.0) for d, f in zip(deps, far)])
                 dur = tf[g] if op.kind == "F" else (tb[g] if op.kind == "B" else tw[g])
                 if op_times is not None:
                     dur = positive("op_times", op_times.get((op.kind, op.mb, g), dur), allow_zero=True)

@@ -21,8 +21,21 @@ order the real ranks follow.
   keeps 1F1B's order of F and B but runs each W ``s`` backwards late, filling the drain with them;
   with T_W no longer than T_F and T_B, and m ≥ p, the bubble falls from (p−1)(T_F+T_B+T_W) to
   (p−1)(T_F+T_B−T_W) at
-  1F1B's peak of p microbatches in flight. Only the simulator runs it: the multi-process
-  executor computes whole backwards (``EXECUTABLE``).
+  1F1B's peak of p microbatches in flight.
+* ZB-V (Qi et al. 2023, arXiv 2401.10241 §6): two chunks per rank placed in a V — chunk 0 of
+  rank r is stage r, chunk 1 is stage 2p − 1 − r — so the last rank turns a microbatch round
+  without a message and the first rank both feeds and finishes it. F, B and W of both chunks
+  fill the warm-up and drain; with T_F = T_B = T_W its bubble vanishes at 1F1B's activation
+  memory (p microbatches of one stage).
+* DualPipeV (DeepSeek-AI 2024, arXiv 2412.19437 §3.2.1, DualPipe "cut in half" to one copy of
+  the weights, as the public DualPipe reference's ``dualpipev.py`` orders it): the same V
+  placement; in the steady phase each forward of one chunk is paired with the whole backward of
+  the other, so their communication can hide under each other's compute; the B halves of some
+  backwards run early and their W late, in first-in-first-out order. Needs m ≥ 2p.
+
+The V schedules place chunks differently from Megatron's loop (``placement``, ``stage_of``):
+``schedule`` returns their orders as an ``Orders`` list that carries ``placement = "v"``, which
+``simulate`` and the executor read.
 """
 from __future__ import annotations
 
@@ -31,11 +44,13 @@ from dataclasses import dataclass
 
 from .._validate import choice, positive_int
 
-__all__ = ["Op", "SCHEDULES", "EXECUTABLE", "gpipe", "one_f_one_b", "interleaved_1f1b", "zero_bubble_h1",
+__all__ = ["Op", "Orders", "SCHEDULES", "EXECUTABLE", "V_SCHEDULES", "gpipe", "one_f_one_b",
+           "interleaved_1f1b", "zero_bubble_h1", "zero_bubble_v", "dualpipe_v", "placement", "stage_of",
            "schedule", "parse_ops", "format_ops"]
 
+V_SCHEDULES = ("zb-v", "dualpipev")              # two chunks per rank, placed in a V
 EXECUTABLE = ("gpipe", "1f1b", "interleaved")    # what the multi-process executor runs
-SCHEDULES = EXECUTABLE + ("zb-h1",)              # what the simulator replays
+SCHEDULES = EXECUTABLE + ("zb-h1",) + V_SCHEDULES  # what the simulator replays
 
 
 @dataclass(frozen=True, order=True)
@@ -133,19 +148,151 @@ def zero_bubble_h1(p: int, m: int, stage: int) -> list[Op]:
     return ops + [Op("W", i) for i in range(weights, m)]
 
 
+def zero_bubble_v(p: int, m: int, stage: int) -> list[Op]:
+    """ZB-V's order for rank ``stage`` of ``p`` (arXiv 2401.10241 §6; chunk 1 is stage 2p−1−stage).
+
+    Warm-up: 2(p−stage)−1 forwards of chunk 0, then ``stage`` pairs (F of chunk 1, F of chunk 0),
+    then p−stage rounds of chunk 1's F, B, W. Steady: F, B, W of chunk 0 then of chunk 1. Drain:
+    ``stage`` pairs of B (chunk 0, chunk 1), then chunk 0's B each followed by a W, then the W
+    still owed. The order is built for max(m, 2p−1) microbatches and the ones past m dropped,
+    so it holds for any m ≥ 1."""
+    p, m = _check(p, m, stage)
+    n = max(m, 2 * p - 1)
+    f, b = [0, 0], [0, 0]
+    ops: list[Op] = []
+
+    def add(kind: str, c: int, count: list[int]) -> None:
+        ops.append(Op(kind, count[c], c))
+        count[c] += 1
+
+    for _ in range(2 * (p - stage) - 1):
+        add("F", 0, f)
+    for _ in range(stage):
+        add("F", 1, f)
+        add("F", 0, f)
+    for _ in range(p - stage):
+        add("F", 1, f)
+        ops += [Op("B", b[1], 1), Op("W", b[1], 1)]
+        b[1] += 1
+    while f[1] < f[0] or f[0] < n:
+        if f[0] < n:
+            add("F", 0, f)
+        for c in (0, 1):
+            if c:
+                add("F", 1, f)
+            ops += [Op("B", b[c], c), Op("W", b[c], c)]
+            b[c] += 1
+    w = list(b)
+    for _ in range(stage):
+        add("B", 0, b)
+        add("B", 1, b)
+    for _ in range(p - stage):
+        add("B", 0, b)
+        add("W", 0, w)
+    ops += [Op("W", i, c) for c in (1, 0) for i in range(w[c], n)]
+    return [op for op in ops if op.mb < m]
+
+
+def dualpipe_v(p: int, m: int, stage: int) -> list[Op]:
+    """DualPipeV's order for rank ``stage`` of ``p`` (arXiv 2412.19437; the eight phases of the
+    DualPipe reference's ``DualPipeV.step``): chunk 0 is stage ``stage``, chunk 1 stage
+    2p−1−stage. A whole backward is written B then W; "zero-bubble" backwards queue their W,
+    which later run oldest first. In the steady phase "F(c) B(1−c) W(1−c)" is one overlapped
+    forward-backward pair. Requires m ≥ 2p."""
+    p, m = _check(p, m, stage)
+    if m < 2 * p:
+        raise ValueError(f"m must be at least 2p = {2 * p} for the DualPipeV schedule, got {m!r}")
+    r, f, b, owed = stage, [0, 0], [0, 0], []
+    ops: list[Op] = []
+
+    def fwd(c: int) -> None:
+        ops.append(Op("F", f[c], c))
+        f[c] += 1
+
+    def bwd(c: int, split: bool = False) -> None:
+        ops.append(Op("B", b[c], c))
+        (owed.append if split else ops.append)(Op("W", b[c], c))
+        b[c] += 1
+
+    def weight() -> None:
+        ops.append(owed.pop(0))
+
+    for _ in range(2 * (p - r - 1)):            # 1: nF0
+        fwd(0)
+    for _ in range(r + 1):                      # 2: nF0F1
+        fwd(0)
+        fwd(1)
+    for _ in range(p - r - 1):                  # 3: nB1W1F1, zero bubble
+        bwd(1, split=True)
+        weight()
+        fwd(1)
+    for _ in range(m - 2 * p + r + 1):          # 4: nF0B1F1B0, overlapped pairs
+        fwd(0)
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    for _ in range(p - r - 1):                  # 5: nB1F1B0
+        bwd(1)
+        fwd(1)
+        bwd(0)
+    split = False                               # 6: nB1B0, second half zero bubble
+    for i in range(r + 1):
+        split = split or (i == (r + 1) // 2 and r % 2 == 1)
+        bwd(1, split)
+        split = split or (i == (r + 1) // 2 and r % 2 == 0)
+        bwd(0, split)
+    for _ in range(p - r - 1):                  # 7: nWB0
+        weight()
+        bwd(0, split=True)
+    while owed:                                 # 8: nW
+        weight()
+    return ops
+
+
 # The schedules whose order a stage builds alone from (p, m, stage); "interleaved" also needs v.
-ONE_STAGE = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1}
+ONE_STAGE = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zero_bubble_h1, "zb-v": zero_bubble_v,
+             "dualpipev": dualpipe_v}
+
+
+class Orders(list):
+    """Every rank's op list (a list of lists) that also says how chunks sit on ranks:
+    ``placement`` "loop" (chunk c of rank r is stage c·p + r) or "v" (chunk 1 is stage 2p−1−r)."""
+
+    placement = "loop"
+
+
+def placement(name: str) -> str:
+    """"v" for the V schedules (``V_SCHEDULES``), "loop" for the others."""
+    return "v" if choice("name", name, SCHEDULES) in V_SCHEDULES else "loop"
+
+
+def stage_of(rank: int, chunk: int, p: int, place: str = "loop") -> int:
+    """Global stage of ``chunk`` on ``rank`` of ``p``: c·p + r (loop) or, in a V, r / 2p−1−r."""
+    if place == "v":
+        return rank if chunk == 0 else 2 * p - 1 - rank
+    return chunk * p + rank
 
 
 def schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
-    """Op lists of every rank for schedule ``name`` in ("gpipe", "1f1b", "interleaved", "zb-h1")."""
+    """Op lists of every rank for schedule ``name`` in ``SCHEDULES``, as an ``Orders`` list.
+
+    "interleaved" takes ``v`` chunks per rank; "zb-v" and "dualpipev" always hold two (``v`` 1 or
+    2 both mean that); the others one."""
     name = choice("name", name, SCHEDULES)
     p = positive_int("p", p)
+    v = positive_int("v", v)
+    out = Orders()
     if name == "interleaved":
-        return [interleaved_1f1b(p, m, r, v) for r in range(p)]
-    if positive_int("v", v) != 1:
+        out += [interleaved_1f1b(p, m, r, v) for r in range(p)]
+        return out
+    if name in V_SCHEDULES:
+        if v > 2:
+            raise ValueError(f"v must be 2 (or 1, meaning the same) for the {name!r} schedule, got {v!r}")
+        out.placement = "v"
+    elif v != 1:
         raise ValueError(f"v must be 1 for the {name!r} schedule (use 'interleaved'), got {v!r}")
-    return [ONE_STAGE[name](p, m, r) for r in range(p)]
+    out += [ONE_STAGE[name](p, m, r) for r in range(p)]
+    return out
 
 
 _OP_RE = re.compile(r"^\s*([FBWfbw])\s*(\d+)\s*(?:[.:c]\s*(\d+))?\s*$")

@@ -1,0 +1,54 @@
+"""Zero-bubble schedules: the V orders in the simulator (ZB-V, DualPipeV), the split backward
+and their execution on real gloo ranks against one process."""
+from __future__ import annotations
+
+import pytest
+
+from course_lib import pipeline
+from course_lib.pipeline.schedules import V_SCHEDULES, format_ops, schedule, stage_of
+
+
+@pytest.mark.parametrize("name", V_SCHEDULES)
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6])
+def test_v_orders_are_complete_deadlock_free_and_beat_zb_h1(name, p):
+    for m in range(2 * p, 2 * p + 5):
+        orders = schedule(name, p, m)
+        assert orders.placement == "v"
+        tl = pipeline.simulate(orders, t_forward=1.0, t_backward=2.0)    # raises on a deadlock
+        done = {(e.kind, e.mb, e.rank, e.chunk): e for e in tl.events}
+        assert all(done["B", e.mb, e.rank, e.chunk].end <= e.start for e in tl.events if e.kind == "W")
+        zb = pipeline.simulate("zb-h1", p, m, t_forward=1.0, t_backward=2.0)
+        assert tl.makespan() <= zb.makespan() + 1e-9
+        if p > 1:
+            assert tl.bubble_fraction() < pipeline.bubble_fraction(p, m)
+
+
+def test_v_placement_turns_round_on_the_last_rank_without_a_message():
+    assert [stage_of(r, c, 4, "v") for c in (0, 1) for r in range(4)] == [0, 1, 2, 3, 7, 6, 5, 4]
+    assert [stage_of(r, c, 4) for c in (0, 1) for r in range(4)] == list(range(8))
+    # two stages on one rank: a hop between them costs nothing, so t_comm adds 2(p-1) hops, not 2p-1
+    fast = pipeline.simulate("zb-v", 2, 4, t_comm=0.0).makespan()
+    slow = pipeline.simulate(schedule("zb-v", 2, 4), t_comm=0.1)
+    assert slow.makespan() > fast
+    with pytest.raises(ValueError, match="placement"):
+        pipeline.simulate(schedule("zb-v", 2, 4), placement="w")
+
+
+def test_peak_in_flight_of_the_v_schedules():
+    # ZB-V: 1F1B's memory (p stages' worth on each rank); DualPipeV: PP+1 chunks = p + 1/2 stages
+    for p, m in [(2, 4), (4, 8), (4, 11)]:
+        assert [pipeline.peak_in_flight("zb-v", p, m, s) for s in range(p)] == [p] * p
+        assert pipeline.simulate("dualpipev", p, m).peak_in_flight == [p + 0.5] * p
+
+
+def test_dualpipev_follows_the_reference_phases_and_needs_2p_microbatches():
+    # p=2, rank 0: nF0 | F0F1 | B1W1F1 (zero bubble) | F0B1F1B0 | B1F1B0 | B1B0 (split) | WB0 | W
+    assert format_ops(schedule("dualpipev", 2, 4)[0]) == (
+        "F0 F1 F2 F0.1 B0.1 W0.1 F1.1 F3 B1.1 W1.1 F2.1 B0 W0 B2.1 W2.1 F3.1 B1 W1 B3.1 W3.1 B2 W2 B3 W3")
+    with pytest.raises(ValueError, match=r"m must be at least 2p = 8"):
+        schedule("dualpipev", 4, 7)
+    with pytest.raises(ValueError, match="v must be 2"):
+        schedule("zb-v", 2, 4, v=3)
+    assert schedule("zb-v", 2, 4, v=2) == schedule("zb-v", 2, 4)
+    for m in range(1, 7):                                  # any m ≥ 1 for ZB-V
+        pipeline.simulate(schedule("zb-v", 3, m))
