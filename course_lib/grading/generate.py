@@ -22,6 +22,7 @@ CODE_BEGIN, CODE_END = "### BEGIN SOLUTION", "### END SOLUTION"
 MD_BEGIN, MD_END = "<!-- BEGIN SOLUTION -->", "<!-- END SOLUTION -->"
 STUB = ("# YOUR CODE HERE", 'raise NotImplementedError("replace this line with your solution")')
 MD_STUB = "*Your answer here.*"
+MD_STUBS = {"zh": "*在此作答。*"}  # by the master's metadata course.lang (a Chinese twin)
 
 
 class MarkerError(ValueError):
@@ -60,7 +61,7 @@ def strip_code(source: str, where: str = "cell") -> str:
     return text
 
 
-def strip_markdown(source: str, where: str = "cell") -> str:
+def strip_markdown(source: str, where: str = "cell", stub: str = MD_STUB) -> str:
     """Replace ``<!-- BEGIN SOLUTION -->`` ... ``<!-- END SOLUTION -->`` spans with the stub."""
     out, pos = [], 0
     while True:
@@ -75,7 +76,7 @@ def strip_markdown(source: str, where: str = "cell") -> str:
         nested = source.find(MD_BEGIN, b + len(MD_BEGIN))
         if 0 <= nested < e:
             raise MarkerError(f"{where}: nested '{MD_BEGIN}'")
-        out += [source[pos:b], MD_STUB]
+        out += [source[pos:b], stub]
         pos = e + len(MD_END)
 
 
@@ -83,6 +84,8 @@ def exercise_notebook(master: dict, name: str = "notebook") -> dict:
     """The student version of notebook dict ``master`` (which is not modified)."""
     nb = copy.deepcopy(master)
     nb.get("metadata", {}).pop("widgets", None)
+    course = nb.get("metadata", {}).get("course")
+    stub = MD_STUBS.get(course.get("lang") if isinstance(course, dict) else None, MD_STUB)
     for i, cell in enumerate(nb.get("cells", [])):
         where = _where(name, i, cell)
         src = source_text(cell.get("source"))
@@ -93,7 +96,7 @@ def exercise_notebook(master: dict, name: str = "notebook") -> dict:
             cell["outputs"] = []
             cell["execution_count"] = None
         elif cell.get("cell_type") == "markdown":
-            cell["source"] = strip_markdown(src, where)
+            cell["source"] = strip_markdown(src, where, stub)
     return nb
 
 
