@@ -55,6 +55,9 @@ exercises: $(VENV_OK)
 # one optimizer vs. its reference: NUMERIC_TESTS) again, wholly under the second kernel path. (3)
 # The tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
 JOBS ?= 2
+# The Chinese twins (notebooks|solutions|exercises/zh) are never executed: their code cells and outputs
+# equal the English notebook's byte for byte (tests/test_twins.py), which nbval checks here.
+ZH_TWINS_IGNORE := --ignore=notebooks/zh --ignore=solutions/zh --ignore=exercises/zh
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: unit tests, the book's tests, notebooks (conftest)
 SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
 NUMERIC_TESTS = tests/test_numerics.py tests/test_stability.py tests/test_tensor_parallel.py \
@@ -65,14 +68,14 @@ test: $(VENV_OK)
 	if [ -n "$$second" ]; then echo "notebooks' kernels under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
 	else echo "torch runs its default kernels here; no second kernel path to try"; fi; \
 	COURSE_NOTEBOOK_KERNEL_PATH=$$second $(PY) -m pytest -q --durations=15 $(XDIST) -p course_lib.nbtools_pytest \
-	  -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures tests notebooks solutions || exit $$?; \
+	  -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures $(ZH_TWINS_IGNORE) tests notebooks solutions || exit $$?; \
 	if [ -n "$$second" ]; then echo "numeric unit tests under ATEN_CPU_CAPABILITY=$$second"; \
 	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --durations=10 $(XDIST) -m "not serial" $(NUMERIC_TESTS) || exit $$?; fi
 	$(PY) -m pytest -q -m serial $(SERIAL_FILES)
 
 # Check the notebooks under one kernel path: make test-notebooks CPU=default (or avx2, avx512).
 test-notebooks: $(VENV_OK)
-	ATEN_CPU_CAPABILITY=$(CPU) $(PY) -m pytest -q $(XDIST) --nbval --nbval-current-env notebooks solutions
+	ATEN_CPU_CAPABILITY=$(CPU) $(PY) -m pytest -q $(XDIST) --nbval --nbval-current-env $(ZH_TWINS_IGNORE) notebooks solutions
 
 # JupyterLab on the whole course (notebooks/, exercises/, solutions/); as root (containers) it
 # needs --allow-root. LAB_ARGS passes more flags, e.g. LAB_ARGS="--no-browser --port 8899".
