@@ -177,8 +177,8 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 # The verdicts as the Chinese edition words them (book/zh/), one for each of VERDICTS.
-VERDICTS_ZH = {"TRUE": "正确", "TRUE, with caveats": "正确，但有保留", "IMPRECISE": "不精确",
-               "PARTLY FALSE": "部分错误", "FALSE": "错误", "UNSOURCED": "没有出处"}
+VERDICTS_ZH = {"TRUE": "正确", "TRUE, with caveats": "正确但有保留", "IMPRECISE": "不精确",
+               "PARTLY FALSE": "部分错误", "FALSE": "错误", "UNSOURCED": "无出处"}
 
 
 def verdict_of(number: int, lang: str = "en") -> str:
