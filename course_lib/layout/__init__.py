@@ -15,7 +15,8 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
    block length, the memory-bound ops and the optimizer step over HBM, plus what recomputation
    reruns (one forward with full recomputation, attention's forward with selective); MFU is the
    output. (``compute_mfu=x`` instead spreads 6Ψ + attention over the GPUs at x of the peak: the
-   old flat what-if.) The pipeline adds its bubble, (PP−1)/(v·m) of the pipeline's busy time, and
+   old flat what-if.) The pipeline adds its bubble, (PP−1)/(v·m) of the pipeline's busy time under
+   1F1B, or what chapter 5's simulator replays for the schedule chosen (``layout.bubble``), and
    every level adds its *exposed* communication: TP's four all-reduces per layer
    (``comm.tp_bytes_per_layer``) over NVLink, on the critical path unless ``tp_overlap=True``
    hides them behind the layer's GEMMs; CP's K/V exchange (``comm.cp_bytes_per_layer``, three
@@ -41,7 +42,9 @@ Llama 3 ran at its batch limit (arXiv 2407.21783 §3.3.2). CP leaves each rank a
 Where each part lives (no two of them import each other; this file only gathers the names):
 
 * ``job``: the inputs, checked (``_job``), and the answer for one layout (``Layout``), with the
-  planner's cited constants (``USABLE_FRACTION``, ``ZB_H1_BUBBLE_SHARE``) and the searched grid;
+  planner's cited constants (``USABLE_FRACTION``) and the searched grid;
+* ``bubble``: a pipeline schedule's bubble, activations in flight and parameter copies, replayed by
+  chapter 5's simulator (``schedule="1f1b" | "zb-h1" | "zb-v" | "dualpipev" | "dualpipe"``);
 * ``evaluate``: one layout's memory and step time (``_evaluate``), from the step model and the
   communication of each level;
 * ``stepmodel``: one layer's compute on one GPU, op by op (GEMMs, attention, memory-bound ops);
@@ -55,17 +58,16 @@ Where each part lives (no two of them import each other; this file only gathers 
 from __future__ import annotations
 
 from ..network import DGX_H100_NDR, Network
-from . import moe, stepmodel
+from . import bubble, moe, stepmodel
 from .evaluate import _evaluate, _in_node  # noqa: F401 (read by course_lib.checks and tests/test_diagrams.py)
 from .explanation import explain, gb
-from .job import (GMLAKE_A100_FRAGMENTATION_BYTES, MIN_CP_TOKENS, USABLE_FRACTION, ZB_H1_BUBBLE_SHARE,  # noqa: F401
-                  Layout, _job)
+from .job import GMLAKE_A100_FRAGMENTATION_BYTES, MIN_CP_TOKENS, USABLE_FRACTION, Layout, _job  # noqa: F401
 from .moe import DEEPSEEK_V2, DEEPSEEK_V3, MoE
 from .published import LLAMA3_TABLE4_MFU, MEGATRON_2021, llama3_405b, megatron_1t, mfu_counting_attention
 from .search import estimate, layout, plan_layouts
 from .widget import layout_calculator, layout_widget, render_layout
 
 __all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021",
-           "USABLE_FRACTION", "MIN_CP_TOKENS", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES", "gb",
+           "USABLE_FRACTION", "MIN_CP_TOKENS", "GMLAKE_A100_FRAGMENTATION_BYTES", "gb",
            "mfu_counting_attention", "LLAMA3_TABLE4_MFU", "layout_calculator", "render_layout", "layout_widget",
-           "MoE", "DEEPSEEK_V3", "DEEPSEEK_V2", "DGX_H100_NDR", "Network", "moe", "stepmodel"]
+           "MoE", "DEEPSEEK_V3", "DEEPSEEK_V2", "DGX_H100_NDR", "Network", "moe", "stepmodel", "bubble"]

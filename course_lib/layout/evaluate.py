@@ -10,7 +10,8 @@ from .. import comm
 from ..memory import _activation_bytes, _breakdown, _llama_activation_bytes
 from ..network import Network
 from . import stepmodel
-from .job import ZB_H1_BUBBLE_SHARE, Layout, _Job
+from . import bubble as _bubble
+from .job import Layout, _Job
 from .moe import all_to_all_seconds, routed_seconds
 
 
@@ -57,10 +58,11 @@ def _layer_activations(job: _Job, s_cp: int, tp: int, sp: bool) -> float:
     return _llama_activation_bytes(s_cp, job.b, job.h, job.a, a_kv, mlp / (3.0 * job.h), tp, sp)
 
 
-def _in_flight(p: int, m: int, v: int) -> float:
-    """Stage-activations the first stage holds at its peak: min(p, m) under 1F1B; interleaved,
-    min(p(1 + (p−1)/(pv)), m) (Megatron's warm-up; equal to ``pipeline.peak_in_flight``)."""
-    return min(p * (1 + (p - 1) / (p * v)), m) if v > 1 else min(p, m)
+def _in_flight(p: int, m: int, v: int, schedule: str = "1f1b", fbw: tuple = _bubble.FBW) -> float:
+    """Stage-activations the busiest stage holds at its peak (``layout.bubble.in_flight``): min(p, m)
+    under 1F1B; interleaved, min(p(1 + (p−1)/(pv)), m) (Megatron's warm-up; equal to
+    ``pipeline.peak_in_flight``); the simulator's replayed peak for the other schedules."""
+    return _bubble.in_flight(schedule, p, m, v, fbw)
 
 
 def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, mode: str, ep: int = 1,
@@ -76,6 +78,11 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     states = _breakdown(psi_gpu, dp * cp, zero, 2.0, 2.0, 12.0).total
     if moe:
         states += _breakdown(experts_gpu, dp * cp // ep, zero, 2.0, 2.0, 12.0).total
+    for _ in range(1, _bubble.PARAMETER_COPIES.get(job.schedule, 1) if pp > 1 else 1):
+        # DualPipe's second copy of the stage: its weights and gradients (one optimizer state)
+        states += _breakdown(psi_gpu, dp * cp, zero, 2.0, 2.0, 0.0).total
+        if moe:
+            states += _breakdown(experts_gpu, dp * cp // ep, zero, 2.0, 2.0, 0.0).total
     if zero == 3:
         states += 2 * 2.0 * psi_gpu / per_stage                   # two gathered layers in flight
     kept = _layer_activations(job, s_cp, tp, sp)
@@ -85,7 +92,7 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     elif mode == "none" and not job.flash:                        # scores of s/cp queries × s keys
         act += 5.0 * job.a * s_cp * job.s * job.b / tp
     first = per_stage if first_layers is None else first_layers  # layers on the first stage
-    held = job.L if pp == 1 else first * _in_flight(pp, m, v)
+    held = job.L if pp == 1 else first * _in_flight(pp, m, v, job.schedule, job.fbw)
     activations = act * held + (kept if mode == "full" else 0.0)  # + the layer being recomputed
     if job.vocab:   # the last stage: its layers for one microbatch in flight, and the logits
         logits = _logits_bytes(s_cp * job.b, job.vocab, tp)
@@ -142,7 +149,8 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     pp_s = 0.0
     if pp > 1:
         bw, _ = _bandwidth(job, sizes, (2,), p2p=True)
-        pp_s = m * 2 * v * (2.0 * s_cp * job.b * job.h / tp / bw + job.net.inter_latency)
+        chunks = 2 if job.schedule in _bubble.V_SHAPED else v       # a V's two chunks: two hops each way
+        pp_s = m * 2 * chunks * (2.0 * s_cp * job.b * job.h / tp / bw + job.net.inter_latency)
     # EP: the all-to-all of each MoE layer, inside the node over NVLink, beyond it over the NICs
     ep_s = ep_hidden = 0.0
     if moe and ep > 1:
@@ -153,9 +161,7 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
             ep_hidden = min(a2a, parts["moe_layer"])
         ep_s = m * (moe.moe_layers / pp) * (a2a - ep_hidden)
     busy = compute + tp_s + cp_s + ep_s
-    bubble = busy * (pp - 1) / (v * m)
-    if job.schedule == "zb-h1" and m >= pp:
-        bubble *= ZB_H1_BUBBLE_SHARE
+    bubble = busy * _bubble.bubble_share(job.schedule, pp, m, v, job.fbw)   # replayed (layout.bubble)
     # DP: ZeRO's collectives over the DP·CP replicas (ZeRO-3 gathers per microbatch, twice)
     dp_s = dp_hidden = 0.0
     n = dp * cp

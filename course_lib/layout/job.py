@@ -9,9 +9,10 @@ from .._validate import choice, flag, fraction, positive, positive_int, zero_sta
 from ..hardware import ACCELERATORS, lookup
 from ..memory import BLOCKS
 from ..network import Network
+from . import bubble as _bubble
 from .moe import MoE
 
-__all__ = ["Layout", "USABLE_FRACTION", "ZB_H1_BUBBLE_SHARE", "GMLAKE_A100_FRAGMENTATION_BYTES", "MIN_CP_TOKENS"]
+__all__ = ["Layout", "USABLE_FRACTION", "GMLAKE_A100_FRAGMENTATION_BYTES", "MIN_CP_TOKENS"]
 
 _POW2 = tuple(2 ** i for i in range(8))   # 1 ... 128: the TP, CP and PP degrees searched
 _INTERLEAVES = (1, 2, 4, 8)                # model chunks per pipeline rank searched
@@ -23,11 +24,6 @@ _MAX_LAYERS = 10 ** 5
 # case, not the worst. Llama 3 405B's published 8K layout (arXiv 2407.21783 §3.3.2) fits at it,
 # as Meta ran it (tests/test_layout.py checks both).
 USABLE_FRACTION = 0.9
-# ZB-H1 (Qi et al. 2023, arXiv 2401.10241 §3.1) splits each backward into B (input gradient) and W
-# (weight gradient) and runs W late, so a pipeline idles (p-1)(T_F + T_B - T_W) instead of 1F1B's
-# (p-1)(T_F + T_B + T_W) when m >= p. A layer's 6N FLOPs give T_F : T_B : T_W = 1 : 1 : 1, so a third
-# of 1F1B's bubble (chapter 5's simulator replays the schedule and gives the same, tests/test_layout.py).
-ZB_H1_BUBBLE_SHARE = (1 + 1 - 1) / (1 + 1 + 1)
 GMLAKE_A100_FRAGMENTATION_BYTES = 9.2e9     # the average above, of an 80 GB A100
 # The fewest tokens of the sequence a context-parallel rank may hold. CP is a long-context tool:
 # Llama 3 405B trained its 8K stage without it and used CP 16 only at 131K, 8,192 tokens a rank
@@ -69,7 +65,7 @@ class Layout:
     hidden: dict = field(default_factory=dict, compare=False)      # communication hidden, per level
     ep: int = 1            # expert parallelism, carved from DP (a mixture of experts)
     ep_s: float = 0.0      # the exposed all-to-all of the MoE layers
-    schedule: str = "1f1b"  # the pipeline schedule ("zb-h1": zero-bubble's split backward)
+    schedule: str = "1f1b"  # the pipeline schedule (layout.bubble.SCHEDULES), replayed by chapter 5's simulator
     # precision="fp8" only (empty under BF16): ``mfu`` above stays against the BF16 peak, the course's
     # convention; here the same step against the FP8 peak and the mixed one (course_lib.fp8.bill)
     fp8: dict = field(default_factory=dict, compare=False, repr=False)
@@ -80,7 +76,9 @@ class Layout:
 
     def shape(self) -> str:
         """``TP 8 · CP 1 · PP 16 (v=2) · DP 128``."""
-        v = f" (v={self.v})" if self.v > 1 else (" (ZB-H1)" if self.schedule == "zb-h1" and self.pp > 1 else "")
+        named = {"zb-h1": "ZB-H1", "zb-v": "ZB-V", "dualpipev": "DualPipeV", "dualpipe": "DualPipe"}
+        v = f" (v={self.v})" if self.v > 1 else (f" ({named[self.schedule]})" if self.schedule in named and self.pp > 1
+                                                 else "")
         ep = f" (EP {self.ep})" if self.ep > 1 else ""
         return f"TP {self.tp} · CP {self.cp} · PP {self.pp}{v} · DP {self.dp}{ep}"
 
@@ -113,7 +111,8 @@ class _Job:
     cp_comm: str = "ring"     # "ring" (K/V passed round, hidden behind attention) or "all_gather" (exposed)
     vocab: int = 0            # vocabulary size: the last stage's logits and loss (0: not counted)
     moe: MoE | None = None   # a mixture of experts (course_lib.layout.moe)
-    schedule: str = "1f1b"    # "zb-h1": zero-bubble's B/W split (given layouts only, estimate)
+    schedule: str = "1f1b"    # the pipeline schedule (layout.bubble.SCHEDULES)
+    fbw: tuple = (1.0, 1.0, 1.0)   # T_F : T_B : T_W of a stage, for the replayed bubble (layout.bubble.FBW)
     block: str = "gpt"        # how activations are counted (memory.BLOCKS): Korthikanti's or a Llama block's
     fp8_peak: float = 0.0     # precision="fp8": the chip's dense FP8 peak (stepmodel.FP8_GEMMS run at it); 0: BF16
 
@@ -121,7 +120,7 @@ class _Job:
 def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
          compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
          sequence_parallel=True, selective_recompute=True, tp_overlap=False, cp_comm="ring",
-         vocab_size=None, moe=None, block="gpt", precision="bf16") -> _Job:
+         vocab_size=None, moe=None, block="gpt", precision="bf16", schedule="1f1b", fbw=_bubble.FBW) -> _Job:
     a = positive_int("n_heads", n_heads)
     kv = a if kv_heads is None else positive_int("kv_heads", kv_heads)
     if kv > a or a % kv:
@@ -151,7 +150,8 @@ def _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_g
                 flag("selective_recompute", selective_recompute), acc.name, acc.hbm_bandwidth,
                 flag("tp_overlap", tp_overlap), choice("cp_comm", cp_comm, ("ring", "all_gather")),
                 0 if vocab_size is None else positive_int("vocab_size", vocab_size, minimum=2),
-                _moe(moe, n_layers, n_params), block=choice("block", block, BLOCKS), fp8_peak=fp8_peak)
+                _moe(moe, n_layers, n_params), block=choice("block", block, BLOCKS), fp8_peak=fp8_peak,
+                schedule=choice("schedule", schedule, _bubble.SCHEDULES), fbw=_bubble._check_fbw(fbw))
 
 
 def _fp8_peak(acc, precision, compute_mfu) -> float:

@@ -12,6 +12,7 @@ from ..memory import RECOMPUTE
 from ..network import DGX_H100_NDR, Network
 from .evaluate import _evaluate
 from .explanation import explain, gb
+from . import bubble as _bubble
 from .job import _INTERLEAVES, _POW2, MIN_CP_TOKENS, USABLE_FRACTION, Layout, _Job, _job
 from .moe import MoE, expert_degrees
 
@@ -29,7 +30,7 @@ def _candidates(job: _Job, recompute: tuple[str, ...]):
                 dp = job.n // (tp * cp * pp)
                 # m < PP runs, with its bubble (Llama 3 at its batch limit, arXiv 2407.21783 §3.3.2,
                 # whose schedule also lets m be any count when interleaved)
-                for v in [1] if pp == 1 else _INTERLEAVES:
+                for v in [1] if pp == 1 or job.schedule != "1f1b" else _INTERLEAVES:
                     if _rule_broken(job, tp, cp, pp, dp, v, 0, "none", 1):
                         continue
                     for zero in range(job.max_zero + 1):
@@ -61,6 +62,10 @@ def _rule_broken(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: in
         return "interleaving (v > 1) needs a pipeline (PP > 1)"
     if v * pp > job.L:
         return "v chunks of at least one layer per stage (v·PP <= n_layers)"
+    if pp > 1 and job.schedule in _bubble.V_SHAPED and 2 * pp > job.L:
+        return f"schedule={job.schedule!r} splits each stage into two chunks of at least one layer (2·PP <= n_layers)"
+    if pp > 1 and job.schedule in ("dualpipev", "dualpipe") and int(job.tokens / job.s // (dp * job.b)) < 2 * pp:
+        return f"schedule={job.schedule!r} needs at least 2·PP microbatches per step (DualPipe feeds both ends)"
     if job.moe is not None and (ep > dp or dp % ep or job.moe.n_experts % ep):
         return f"EP must divide DP ({dp}) and the {job.moe.n_experts} experts"
     return ""
@@ -82,7 +87,8 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
                  micro_batch: int = 1, max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
                  selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
                  vocab_size: int | None = None, moe: MoE | None = None,
-                 block: str = "gpt", precision: str = "bf16") -> list[Layout]:
+                 block: str = "gpt", precision: str = "bf16", schedule: str = "1f1b",
+                 fbw: tuple = _bubble.FBW) -> list[Layout]:
     """Every layout that fits, fastest first (see the module docstring for the model).
 
     ``network`` gives the GPUs per node and the NICs; ``kv_heads`` (grouped-query attention)
@@ -115,10 +121,17 @@ def plan_layouts(n_params: float, n_layers: int, d_model: int, n_heads: int, seq
     Engine keeps FP8 weight copies beside BF16 ones; neither is modelled, so FP8 memory is an upper
     bound. ``Layout.mfu`` stays against the BF16 peak; ``Layout.fp8`` gives it against the FP8 and
     mixed peaks.
+
+    ``schedule`` times every pipelined layout with that schedule's bubble, activations in flight
+    and parameter copies, replayed by chapter 5's simulator (``course_lib.layout.bubble``): "1f1b"
+    (interleaving searched), "zb-h1", "zb-v", "dualpipev" or "dualpipe" (v = 1: the V schedules hold
+    their own two chunks). ``fbw`` is a stage's T_F : T_B : T_W for the replay, 1 : 1 : 1 by default
+    (6N's three equal GEMMs; ``layout.bubble.FBW``).
     """
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, network,
                compute_mfu, usable_fraction, flash_attention, kv_heads, micro_batch, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision,
+               schedule, fbw)
     return [x for x in _all(job) if x.fits]
 
 
@@ -129,7 +142,8 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              compute_mfu: float | None = None, usable_fraction: float = USABLE_FRACTION, flash_attention: bool = True,
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
              cp_comm: str = "ring", vocab_size: int | None = None, moe: MoE | None = None,
-             ep: int = 1, schedule: str = "1f1b", block: str = "gpt", precision: str = "bf16") -> Layout:
+             ep: int = 1, schedule: str = "1f1b", block: str = "gpt", precision: str = "bf16",
+             fbw: tuple = _bubble.FBW) -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -142,9 +156,10 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     The model states stay those of the average stage, Ψ/(TP·PP): the first stage's embedding
     table takes the place of the layer it gives up.
 
-    ``schedule="zb-h1"`` times the pipeline as ZB-H1 (zero-bubble with 1F1B's memory, DeepSeek-V2's
-    schedule, arXiv 2405.04434 §3.2): a third of 1F1B's bubble when m >= PP (``ZB_H1_BUBBLE_SHARE``),
-    1F1B's below; it needs v = 1. The search does not try it.
+    ``schedule`` and ``fbw``: the pipeline schedule and a stage's T_F : T_B : T_W, as in
+    :func:`plan_layouts` (``layout.bubble``: the bubble and activations in flight replayed by chapter
+    5's simulator at this p and m; "dualpipe" also counts its second copy of the weights); every
+    schedule but "1f1b" needs v = 1.
 
     ``precision="fp8"``: the block's GEMMs in FP8, as in :func:`plan_layouts`.
     """
@@ -152,12 +167,11 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, math.prod(
         degrees[k] for k in ("tp", "cp", "pp", "dp")), gpu, network, compute_mfu, usable_fraction,
         flash_attention, kv_heads, 1, degrees["cp"], zero_stage("zero", zero), tp_overlap=tp_overlap,
-        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block, precision=precision)
+        cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block, precision=precision, schedule=schedule,
+        fbw=fbw)
     ep = positive_int("ep", ep)
-    sched = choice("schedule", schedule, ("1f1b", "zb-h1"))
-    if sched == "zb-h1" and v > 1:
-        raise ValueError(f"schedule='zb-h1' is a schedule without interleaving: it needs v=1, got v={v}")
-    job = replace(job, schedule=sched)
+    if job.schedule != "1f1b" and v > 1:
+        raise ValueError(f"schedule={job.schedule!r} is a schedule without interleaving: it needs v=1, got v={v}")
     if ep > 1 and job.moe is None:
         raise ValueError(f"ep={ep}: expert parallelism needs a mixture of experts (moe=...)")
     mode = choice("recompute", recompute, ("none", "full") if job.flash else RECOMPUTE)
@@ -185,17 +199,19 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
            max_cp: int = 128, max_zero: int = 3, sequence_parallel: bool = True,
            selective_recompute: bool = True, tp_overlap: bool = False, cp_comm: str = "ring",
            vocab_size: int | None = None, moe: MoE | None = None, block: str = "gpt",
-           precision: str = "bf16") -> Layout:
+           precision: str = "bf16", schedule: str = "1f1b", fbw: tuple = _bubble.FBW) -> Layout:
     """The fastest layout that fits, with its explanation (``python -m course_lib layout``): the
     planner of :func:`plan_layouts` on nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``).
-    ``precision`` is "bf16" or "fp8" (the block's GEMMs in FP8, as in :func:`plan_layouts`)."""
+    ``precision`` is "bf16" or "fp8" (the block's GEMMs in FP8, as in :func:`plan_layouts`);
+    ``schedule`` and ``fbw`` the pipeline schedule and a stage's T_F : T_B : T_W, as there."""
     nic = lookup("gpu", gpu).nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s
     net = Network("custom", positive_int("gpus_per_node", gpus_per_node),
                   positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
     job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
                compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision)
+               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision,
+               schedule, fbw)
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:
