@@ -60,6 +60,10 @@ def sha1(cell: dict) -> str:  # of a cell's source
     return hashlib.sha1(source_text(cell.get("source")).encode("utf-8")).hexdigest()
 
 
+def _same(a: dict, b: dict) -> bool:  # equal as stored (a source as a string or as its lines alike)
+    return dumps({"cells": [copy.deepcopy(a)]}) == dumps({"cells": [copy.deepcopy(b)]})
+
+
 def _load(path: Path) -> dict:
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
@@ -68,7 +72,7 @@ def _load(path: Path) -> dict:
 
 
 def _write(path: Path, nb: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(dumps(nb))
 
@@ -129,7 +133,7 @@ def sync(en_file: Path, zh_file: Path) -> str:
     copied = 0  # code cells that changed
     for i, (e, z) in enumerate(zip(en["cells"], zh["cells"])):
         if e.get("cell_type") == "code":
-            copied += json.dumps(e, sort_keys=True) != json.dumps(z, sort_keys=True)
+            copied += not _same(e, z)
         else:
             out["cells"][i] = _md_cell(e, z)
     if dumps(copy.deepcopy(out)) != zh_file.read_text(encoding="utf-8"):
@@ -157,7 +161,7 @@ def problems(zh_file: Path) -> list[str]:
     untranslated, stale = [], []
     for i, (e, m, z) in enumerate(zip(en["cells"], master["cells"], zh["cells"])):
         if e.get("cell_type") == "code":
-            if json.dumps(e, sort_keys=True) != json.dumps(z, sort_keys=True):
+            if not _same(e, z):
                 what = [k for k in sorted(set(e) | set(z)) if e.get(k) != z.get(k)]
                 out.append(f"{name}: code cell {i} differs from {en_file} ({', '.join(what)}); "
                            f"run python -m course_lib.nbtwin sync {en_file} {zh_file}")
@@ -216,15 +220,15 @@ def stamp(zh_file: Path) -> list[int]:
 
 
 def twins(root: Path = Path(".")) -> list[Path]:
-    """Every twin notebook of the course under ``root``."""
     return [p for d in TWIN_DIRS for p in sorted((Path(root) / d / LANG).glob("*.ipynb"))]
 
 
 # --- Latin-script prose left in Chinese Markdown ----------------------------------------------
 
 _SKIP = [
+    re.compile(r"\A---\n.*?^---[ \t]*$", re.M | re.S),               # a page's YAML front matter
     re.compile(r"^(`{3,}|~{3,})(?!\{(?!code))[^\n]*\n.*?^\1[ \t]*$", re.M | re.S),  # fenced code
-    re.compile(r"^(`{3,}|~{3,})(\{[\w-]+\})?", re.M),                    # directive fences (body is prose)
+    re.compile(r"^(`{3,}|~{3,}|:{3,})(\{admonition\}|\{[\w-]+\}.*$)?", re.M),  # directive fences, arguments
     re.compile(r"[\w./-]*\.(?:png|svg|jpe?g|gif|ipynb|md|json|csv|py|txt|pdf)\b"),  # file paths
     re.compile(r"<!--.*?-->", re.S),                                   # comments
     re.compile(r"\$\$.*?\$\$", re.S), re.compile(r"(?<!\\)\$[^$\n]+\$"),  # math
@@ -238,9 +242,10 @@ _SKIP = [
     re.compile(r"https?://\S+"),
     re.compile(r"\{[\w:-]+\}`[^`]*`"),                                 # roles (their text kept first)
     re.compile(r"`[^`\n]+`"),                                           # inline code
+    re.compile(r"（[A-Za-z][^（）\u3000-\u9fff]{0,40}）"),                # a term's English gloss: 术语（term）
 ]
 _ROLE_TEXT = re.compile(r"\{[\w:-]+\}`([^`<]*?)\s*<[^`>]*>`")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*[A-Za-z]|[A-Za-z]")
+_WORD = re.compile(r"[A-Za-z][\w'’-]*[A-Za-z0-9]|[A-Za-z]")
 
 
 def strip_nonprose(text: str) -> str:
@@ -262,13 +267,13 @@ def load_allowlist(path: Path) -> list[str]:
 
 def latin_words(text: str, allow: list[str] = ()) -> list[str]:
     """The Latin-script words of Markdown ``text`` read as prose: outside code, math, targets and
-    the allowlisted terms; acronyms and unit-like tokens (no two lowercase letters in a row: GPU,
-    FP8, MFU, kB, H100) are names, not prose."""
+    the allowlisted terms; acronyms, unit-like tokens (no two lowercase letters in a row: GPU, MFU,
+    kB) and tokens with a digit or underscore (uint8, bf16, DeepSeek-V3) are names, not prose."""
     text = strip_nonprose(text)
     for term in allow:
         text = re.sub(r"(?<![A-Za-z])" + re.escape(term) + r"(?![A-Za-z])", " ", text,
                       flags=re.IGNORECASE)
-    return [w for w in _WORD.findall(text) if re.search(r"[a-z]{2}", w)]
+    return [w for w in _WORD.findall(text) if re.search(r"[a-z]{2}", w) and not re.search(r"[\d_]", w)]
 
 
 def notebook_latin(path: Path, allow: list[str] = ()) -> dict[int, list[str]]:
@@ -296,19 +301,16 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         if a.command == "sync":
-            if a.all == bool(a.paths):
-                p.error("sync takes EN.ipynb ZH.ipynb, or --all")
+            if a.all == (len(a.paths) == 2) or (a.paths and len(a.paths) != 2):
+                p.error("sync takes two paths, EN.ipynb ZH.ipynb, or --all")
             pairs = [(en_path(z), z) for z in twins(a.root)] if a.all else [tuple(a.paths)]
-            if not a.all and len(a.paths) != 2:
-                p.error("sync takes two paths: EN.ipynb ZH.ipynb")
             for en, zh in pairs:
                 print(sync(en, zh))
             return 0
         if a.command == "stamp":
             for zh in a.paths:
                 same = stamp(zh)
-                print(f"{zh}: stamped" + (f"; cells {same} still read as the English: left untranslated"
-                                          if same else ""))
+                print(f"{zh}: stamped" + (f"; cells {same} still English: left untranslated" if same else ""))
             return 0
     except TwinError as e:
         print(f"nbtwin: {e}", file=sys.stderr)
@@ -316,8 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "check":
         found = twins(a.root)
         bad = [line for z in found for line in problems(z)]
-        for line in bad:
-            print(line)
+        print(*bad, sep="\n") if bad else None
         print(f"{len(found)} twins checked, {len(bad)} problems")
         return 1 if bad else 0
     allow = load_allowlist(a.allowlist)
