@@ -14,6 +14,13 @@
 * ``runs`` — what the chapter measures: ``error_stats`` (SNR, underflow, saturation),
   ``outlier_tensor`` (the channel that breaks per-tensor scaling, arXiv 2409.12517) and
   ``train`` (the tiny GPT in FP32, BF16 and FP8 under each recipe, same data and seed).
+* ``capture`` — :class:`LinearCapture` (every Linear's input, weight and output gradient, per
+  layer, on the steps it is armed for) and ``grow_outliers`` (a captured activation with a few
+  channels grown on a few tokens, arXiv 2409.12517); driver ``capture_runs`` (the tiny GPT
+  trained on the corpus, every tensor scored per recipe; cached in ``data/fp8_capture.json``).
+* ``allgather`` — FSDP's all-gather in FP8 on a counting ring: the global amax agreed first, or
+  each shard's own, or BF16 gathered and cast after; driver ``fsdp_runs`` (real gloo ranks, and
+  torchao's FSDP2 FP8 all-gather compared bit for bit).
 * ``bill`` — ``fp8_mfu``: an FP8 run's MFU against the BF16 peak, the FP8 peak and the mixed peak.
 """
 from .accumulate import dot, error_vs_k

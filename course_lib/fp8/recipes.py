@@ -33,8 +33,8 @@ import torch
 from .._validate import choice, flag, positive_int
 from .formats import element_dtype, spec
 
-__all__ = ["RECIPES", "AmaxHistory", "quantize", "dequantize", "scale_shape", "EPS", "MX_BLOCK",
-           "TILE"]
+__all__ = ["RECIPES", "AmaxHistory", "quantize", "dequantize", "scale_shape", "scale_for_amax", "cast_scaled",
+           "EPS", "MX_BLOCK", "TILE"]
 
 RECIPES = ("tensor_delayed", "tensor", "row", "block_1x128", "block_128x128", "mx")
 EPS = 1e-12      # torchao float8_utils.EPS: the amax floor that keeps an all-zero group's scale finite
@@ -119,6 +119,18 @@ def _amax_to_scale(amax: torch.Tensor, fmax: float, pow2: bool) -> torch.Tensor:
     optionally rounded down to a power of two (exact rescaling, no new rounding error)."""
     s = (fmax / torch.clamp(amax.to(torch.float64), min=EPS)).to(torch.float32)
     return torch.exp2(torch.floor(torch.log2(s))) if pow2 else s
+
+
+def scale_for_amax(amax: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
+    """The float32 scale the per-tensor recipes pick for a tensor whose amax is ``amax``
+    (``max / amax``, torchao's arithmetic): for a tensor split over ranks, the scale of the
+    global amax is the one a single process computes (chapter 15's FP8 all-gather)."""
+    return _amax_to_scale(torch.as_tensor(amax, dtype=torch.float32), spec(fmt).max, False)
+
+
+def cast_scaled(x: torch.Tensor, scale: torch.Tensor, fmt: str = "e4m3") -> torch.Tensor:
+    """``saturate(x · scale)`` cast to ``fmt``: the FP8 values of ``x`` under a scale chosen elsewhere."""
+    return _saturate(_check_x(x) * scale, element_dtype(fmt))
 
 
 def _saturate(v: torch.Tensor, dt: torch.dtype) -> torch.Tensor:

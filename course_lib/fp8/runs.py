@@ -28,14 +28,21 @@ TRAIN_CONFIG = GPTConfig(vocab_size=64, seq_len=32, n_layers=2, n_heads=4, d_mod
 PRECISIONS = ("fp32", "bf16") + tuple(f"fp8_{r}" for r in LINEAR_RECIPES)
 
 
-def error_stats(x: torch.Tensor, recipe: str, fmt: str = "e4m3", *, history: AmaxHistory | None = None) -> dict:
+def error_stats(x: torch.Tensor, recipe: str, fmt: str = "e4m3", *, history: AmaxHistory | None = None,
+                mask: torch.Tensor | None = None) -> dict:
     """Quantize ``x`` and measure against x itself (in float64): ``snr_db`` (10·log10 of signal
     power over error power), ``underflow`` (share of nonzero entries that came back 0),
     ``saturated`` (share with |x·scale| beyond the format's max, clipped), ``max_rel_error``
-    over the entries that neither underflowed nor saturated."""
+    over the entries that neither underflowed nor saturated. ``mask`` (bool, x's shape): the
+    whole tensor is quantized, but the statistics count only the entries where it is True (the
+    ordinary values beside an outlier, say)."""
     values, scales = quantize(x, recipe, fmt, history=history)
     back = dequantize(values, scales, recipe).double()
     x64 = x.detach().double()
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != x.shape:
+            raise ValueError(f"mask must be a bool tensor of x's shape {tuple(x.shape)}")
+        x64, back, values = x64[mask], back[mask], values[mask]
     err = back - x64
     nz = x64 != 0
     under = nz & (back == 0)
@@ -46,7 +53,7 @@ def error_stats(x: torch.Tensor, recipe: str, fmt: str = "e4m3", *, history: Ama
     return {"recipe": recipe, "fmt": fmt,
             "snr_db": math.inf if noise == 0 else 10 * math.log10(sig / noise),
             "underflow": float(under.sum()) / max(1, int(nz.sum())),
-            "saturated": float(sat.sum()) / x.numel(),
+            "saturated": float(sat.sum()) / max(1, x64.numel()),
             "max_rel_error": float((err.abs() / x64.abs())[ok].max()) if bool(ok.any()) else math.nan}
 
 
