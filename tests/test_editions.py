@@ -224,6 +224,15 @@ def test_twin_maps_both_ways_and_only_to_existing_pages() -> None:
     assert editions.twin("notebooks/01_flops_lab", DOCS) is None
 
 
+def test_notebook_twins_are_twins_too() -> None:
+    """A lab or a worked exercise set has its Chinese twin under zh/ (course_lib/nbtwin.py)."""
+    docs = DOCS | {"notebooks/zh/01_flops_lab", "solutions/01_flops", "solutions/zh/01_flops"}
+    assert editions.twin("notebooks/01_flops_lab", docs) == "notebooks/zh/01_flops_lab"
+    assert editions.twin("notebooks/zh/01_flops_lab", docs) == "notebooks/01_flops_lab"
+    assert editions.twin("solutions/zh/01_flops", docs) == "solutions/01_flops"
+    assert editions.is_zh("solutions/zh/01_flops") and not editions.is_zh("solutions/01_flops")
+
+
 def test_switch_links_the_twin_at_the_same_section_or_the_chinese_home() -> None:
     def uri(target: str) -> str:
         return f"URI({target})"

@@ -41,20 +41,26 @@ ZH_DIR = "book/zh/"
 ZH_HOME = "book/zh/index"
 LABEL_PREFIX = "zh-"            # zh-sec-01-mfu is the twin of sec-01-mfu
 SWITCH_CLASS = "course-lang-switch"
+# Where each edition's twins live: a page book/X <-> book/zh/X, a lab notebooks/X <-> notebooks/zh/X,
+# a worked exercise set solutions/X <-> solutions/zh/X (notebook twins: course_lib/nbtwin.py).
+TWIN_DIRS = (("book/", "book/zh/"), ("notebooks/", "notebooks/zh/"), ("solutions/", "solutions/zh/"))
 
 
 def is_zh(docname: str) -> bool:
-    return docname.startswith(ZH_DIR)
+    return any(docname.startswith(zh) for _, zh in TWIN_DIRS)
 
 
 def twin(docname: str, docs: set[str] | frozenset[str]) -> str | None:
     """The page in the other edition that translates ``docname``, or None if there is none."""
-    if is_zh(docname):
-        other = EN_DIR + docname[len(ZH_DIR):]
-    elif docname.startswith(EN_DIR) and "/" not in docname[len(EN_DIR):]:
-        other = ZH_DIR + docname[len(EN_DIR):]
-    else:
-        return None
+    other = None
+    for en, zh in TWIN_DIRS:
+        if docname.startswith(zh):
+            other = en + docname[len(zh):]
+        elif docname.startswith(en) and "/" not in docname[len(en):]:
+            other = zh + docname[len(en):]
+        else:
+            continue
+        break
     return other if other in docs else None
 
 

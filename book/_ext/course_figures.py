@@ -241,7 +241,7 @@ class CaptionCellFigures(SphinxTransform):
                 caption = figure.next_node(nodes.caption) if figure is not None else None
                 if caption is not None:              # written: its rendered text, glued numbers included
                     text = re.sub(r"\s+", " ", caption.astext()).strip()
-                    lang = "zh" if docname.startswith("book/zh/") else "en"
+                    lang = "zh" if re.match(r"(book|notebooks|solutions)/zh/", docname) else "en"
                     alt = ("" if lang == "zh" else " ").join(filter(None, [spoken(caption), details(code, lang)]))
                 else:
                     text, alt = described if described else ("", "")
