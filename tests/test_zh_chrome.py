@@ -78,3 +78,17 @@ def test_each_english_chapter_numbers_its_figures_from_one(html_dir: Path) -> No
         numbers = re.findall(r'<span class="caption-number">Fig\. (\d+) </span>', path.read_text(encoding="utf-8"))
         if numbers:
             assert numbers[0] == "1" and numbers == [str(i + 1) for i in range(len(numbers))], (path.name, numbers)
+
+
+def test_the_search_page_messages_it_translates_are_sphinxs_own() -> None:
+    """course_search.js puts Sphinx's search messages in Chinese for a search from a Chinese page:
+    each key must be a message this Sphinx's searchtools.js really asks for (an upgrade that rewords
+    one would otherwise leave it English, silently)."""
+    import sphinx
+    js = (ROOT / "book" / "_static" / "course_search.js").read_text(encoding="utf-8")
+    table = js[js.index("const COURSE_SEARCH_ZH"):js.index("};", js.index("const COURSE_SEARCH_ZH"))]
+    keys = re.findall(r'^\s*"([^"]+)":', table, re.M)
+    tools = (Path(sphinx.__file__).parent / "themes" / "basic" / "static" / "searchtools.js").read_text(encoding="utf-8")
+    assert len(keys) >= 5
+    for key in keys:
+        assert f'"{key}"' in tools, key

@@ -106,7 +106,19 @@ function courseAlternatives(word, sections, zh) {
  * [docname, title, anchor, snippet, score, filename], best LAST (Sphinx pops from the end).
  * Score: the whole phrase in the section title counts most, then each word in the title, then
  * how often the phrase and the words occur in the text (capped, so long sections do not win). */
-function courseEditionOf(docname) { return docname.startsWith("book/zh/") ? "zh" : "en"; }
+function courseEditionOf(docname) { return /^(book|notebooks|solutions)\/zh\//.test(docname) ? "zh" : "en"; }
+
+/* Sphinx's own search messages in Chinese, for a search sent from a Chinese page (edition=zh). */
+const COURSE_SEARCH_ZH = {
+  "Search Results": "搜索结果",
+  "Searching": "正在搜索",
+  "Preparing search...": "正在准备搜索……",
+  ", in ": "，位于 ",
+  "Search finished, found ${resultCount} page(s) matching the search query.":
+    "搜索完成，找到 ${resultCount} 个匹配的页面。",
+  "Your search did not match any documents. Please make sure that all words are spelled correctly and that you've selected enough categories.":
+    "没有找到匹配的页面。请检查拼写，或换一个词再搜。",
+};
 const COURSE_OWN_EDITION = 1e6;   // above any score a section earns from the query
 
 function courseSearch(query, sections, zh, edition) {
@@ -145,10 +157,17 @@ function courseMerge(sphinxResults, sectionResults) {
 }
 
 if (typeof module !== "undefined") {
-  module.exports = {courseSearch, courseMerge, courseSnippet, courseEditDistance, courseNear, courseEditionOf};
+  module.exports = {courseSearch, courseMerge, courseSnippet, courseEditDistance, courseNear, courseEditionOf,
+                    COURSE_SEARCH_ZH};
 } else if (typeof Search !== "undefined" && typeof COURSE_SECTIONS !== "undefined") {
   const sphinxSearch = Search._performSearch;
   const edition = new URLSearchParams(window.location.search).get("edition");
+  if (edition === "zh" && typeof Documentation !== "undefined") {
+    Object.assign(Documentation.TRANSLATIONS, COURSE_SEARCH_ZH);
+    document.documentElement.lang = "zh-CN";
+    const heading = document.getElementById("search-documentation");
+    if (heading) { heading.textContent = "搜索"; }
+  }
   Search._performSearch = (query, ...rest) =>
     courseMerge(sphinxSearch(query, ...rest),
                 courseSearch(query, COURSE_SECTIONS, typeof COURSE_ZH !== "undefined" ? COURSE_ZH : {},
