@@ -1,6 +1,8 @@
 """The layout planner plans a mixture of experts (issue 33): EP carved from DP, every expert in
 memory but only the active ones in 6ND, the all-to-all per MoE layer from comm.ep_bytes_per_layer,
 and DeepSeek-V3's published layout against what its pre-training hours imply (nothing fitted to it)."""
+import dataclasses
+
 import pytest
 
 from course_lib import comm, layout as L
@@ -15,11 +17,41 @@ V3 = dict(n_params=37e9, n_layers=61, d_model=7168, n_heads=128, seq_len=4096,
 V3_IMPLIED_MFU = 6 * 37e9 * 14.8e12 / (2.664e6 * 3600 * 989e12)
 
 
-def test_deepseek_v3_published_layout_fits_and_lands_near_its_implied_mfu():
+def test_deepseek_v3_published_layout_fits_and_as_it_ran_is_faster_than_its_hours():
+    """At BF16 with 1F1B the published layout fits; timed as it ran (#45: FP8 GEMMs, node-limited
+    FP8 dispatch, DualPipe, EP inside the nodes of a stage) the model's MFU is well above what the
+    2.664M pre-training hours imply: the gap is the run's untimed parts and more (plan.runs reports
+    it as a test that misses). Its MFU against the FP8 peak is half the one against BF16's."""
     x = L.estimate(1, 1, 16, 128, ep=64, zero=1, **V3)
     assert x.fits and x.shape() == "TP 1 · CP 1 · PP 16 · DP 128 (EP 64)"
-    assert abs(x.mfu / V3_IMPLIED_MFU - 1) <= 0.15, (x.mfu, V3_IMPLIED_MFU)
-    assert x.ep_s > 0 and x.hidden["ep"] > 0       # DualPipe hides part of the all-to-all, not all
+    y = L.estimate(1, 1, 16, 128, ep=64, zero=1, precision="fp8", schedule="dualpipe", rank_order="tp-cp-dp-pp", **V3)
+    assert y.shape() == "TP 1 · CP 1 · PP 16 (DualPipe) · DP 128 (EP 64)"
+    assert y.mfu > x.mfu > V3_IMPLIED_MFU and y.bubble_s < x.bubble_s / 4
+    assert y.fp8["mfu_vs_fp8"] == pytest.approx(y.mfu * 989e12 / 1979e12, rel=1e-12)
+    assert y.hidden["ep"] > 0 and y.states_bytes > x.states_bytes       # DualPipe's second copy
+
+
+def test_node_limited_fp8_dispatch_is_chapter_14s_bytes_on_each_wire():
+    """The EP all-to-all of the step model is comm.ep_node_bytes: node-limited to 4 nodes, one IB
+    copy per node forwarded over NVLink; FP8 dispatch (1 byte and a 4-byte scale per 128 values)
+    and BF16 combine, two of the four exchanges each; EP inside the nodes with rank_order."""
+    moe, t, h = DEEPSEEK_V3, 4096, 7168
+    inside, across = comm.ep_node_bytes(t, h, 8, 64, 8, max_nodes=4)
+    got = layout_moe.all_to_all_seconds(moe, t, h, 64, 8, 200e9, 50e9, 0.0)
+    assert got == pytest.approx(inside / 200e9 + across / 50e9, rel=1e-12)
+    fp8 = layout_moe.all_to_all_seconds(moe, t, h, 64, 8, 200e9, 50e9, 0.0, dispatch_bytes=1 + 4 / 128)
+    assert fp8 == pytest.approx(got * (1 + 4 / 128 + 2) / 4, rel=1e-12)
+    assert layout_moe.FP8_DISPATCH_BYTES == 1 + 4 / 128
+    naive = layout_moe.all_to_all_seconds(dataclasses.replace(moe, max_nodes=None), t, h, 64, 8, 200e9, 50e9, 0.0)
+    assert naive > got
+    with pytest.raises(ValueError, match="max_nodes"):
+        dataclasses.replace(moe, max_nodes=9).checked(61)
+    a, b = (L.estimate(1, 1, 16, 128, ep=64, zero=1, rank_order=o, **V3) for o in ("tp-cp-pp-dp", "tp-cp-dp-pp"))
+    # EP across nodes (one member a node) or inside them (8 a node: 7 of 8 copies hop over the H800's
+    # 200 GB/s NVLink, 3.5 cross IB): the placement changes the wire each byte takes
+    assert a.hidden["ep"] != pytest.approx(b.hidden["ep"], rel=1e-3)
+    with pytest.raises(ValueError, match="rank_order"):
+        L.estimate(1, 1, 16, 128, ep=64, rank_order="dp-pp", **V3)
 
 
 def test_every_expert_is_in_memory_and_ep_divides_them_over_its_ranks():
@@ -35,7 +67,7 @@ def test_every_expert_is_in_memory_and_ep_divides_them_over_its_ranks():
 
 
 def test_all_to_all_time_is_the_calculators_bytes_over_the_wires():
-    moe, t, h = DEEPSEEK_V3, 4096, 7168
+    moe, t, h = dataclasses.replace(DEEPSEEK_V3, max_nodes=None), 4096, 7168     # unrestricted routing
     total = comm.ep_bytes_per_layer(t, h, moe.top_k, 64)
     got = layout_moe.all_to_all_seconds(moe, t, h, 64, 8, 200e9, 50e9, 0.0)
     assert got == pytest.approx(total * 7 / 63 / 200e9 + total * 56 / 63 / 50e9, rel=1e-12)

@@ -12,7 +12,7 @@ from ..network import Network
 from . import stepmodel
 from . import bubble as _bubble
 from .job import Layout, _Job
-from .moe import all_to_all_seconds, routed_seconds
+from .moe import FP8_DISPATCH_BYTES, all_to_all_seconds, routed_seconds
 
 
 def _in_node(g: int, sizes: tuple[int, ...], dims: tuple[int, ...]) -> int:
@@ -30,6 +30,8 @@ def _bandwidth(job: _Job, sizes: tuple[int, ...], dims: tuple[int, ...], p2p: bo
     """(bytes/s per GPU, members per node) of a group: the scale-up link inside one node, else the
     node's NIC bandwidth shared by its GPUs, times the group's members there for a collective
     (NCCL spreads its rings over their NICs), once for point-to-point sends (one NIC per GPU)."""
+    if job.rank_order == "tp-cp-dp-pp":              # PP outermost: DP (and EP) inside the node
+        sizes, dims = (sizes[0], sizes[1], sizes[3], sizes[2]), tuple((0, 1, 3, 2)[d] for d in dims)
     k = _in_node(job.g, sizes, dims)
     if k == math.prod(sizes[i] for i in dims):
         return job.link, k
@@ -154,9 +156,10 @@ def _evaluate(job: _Job, tp: int, cp: int, pp: int, dp: int, v: int, zero: int, 
     # EP: the all-to-all of each MoE layer, inside the node over NVLink, beyond it over the NICs
     ep_s = ep_hidden = 0.0
     if moe and ep > 1:
-        in_node = min(ep, max(1, job.g // (tp * cp * pp)))       # DP replicas are strided by TP·CP·PP
+        in_node = min(ep, _bandwidth(job, sizes, (3,))[1])         # EP members a node holds (of DP's)
         a2a = all_to_all_seconds(moe, t_mb / tp, job.h, ep, in_node, job.link,
-                                            job.net.ring_bandwidth / job.g, job.net.inter_latency)
+                                 job.net.ring_bandwidth / job.g, job.net.inter_latency,
+                                 dispatch_bytes=FP8_DISPATCH_BYTES if job.fp8_peak else 2.0)
         if moe.overlap:
             ep_hidden = min(a2a, parts["moe_layer"])
         ep_s = m * (moe.moe_layers / pp) * (a2a - ep_hidden)

@@ -113,6 +113,7 @@ class _Job:
     moe: MoE | None = None   # a mixture of experts (course_lib.layout.moe)
     schedule: str = "1f1b"    # the pipeline schedule (layout.bubble.SCHEDULES)
     fbw: tuple = (1.0, 1.0, 1.0)   # T_F : T_B : T_W of a stage, for the replayed bubble (layout.bubble.FBW)
+    rank_order: str = "tp-cp-pp-dp"   # fastest first; "tp-cp-dp-pp" puts DP (EP) inside nodes, PP across
     block: str = "gpt"        # how activations are counted (memory.BLOCKS): Korthikanti's or a Llama block's
     fp8_peak: float = 0.0     # precision="fp8": the chip's dense FP8 peak (stepmodel.FP8_GEMMS run at it); 0: BF16
 

@@ -19,7 +19,14 @@ A mixture-of-experts model gives each token ``top_k`` of ``n_experts`` routed ex
 * **The all-to-all.** Dispatch and combine, forward and backward (``comm.ep_bytes_per_layer``)
   per MoE layer and microbatch, over NVLink for the members in the node and the node's NICs for
   the rest; exposed unless ``overlap`` (DeepSeek-V3's DualPipe hides it behind another
-  microbatch's compute, §3.2.1), then only what exceeds the layer's compute.
+  microbatch's compute, §3.2.1), then only what exceeds the layer's compute. With ``max_nodes``
+  (node-limited routing, DeepSeek-V3 §2.1.2 and §3.2.2: each token reaches at most M nodes, sent
+  once per node over InfiniBand and forwarded over NVLink to its experts there) the bytes on each
+  wire are chapter 14's ``comm.ep_node_bytes``. Under ``precision="fp8"`` the dispatch carries
+  FP8 values and their 1×128 tile scales (``FP8_DISPATCH_BYTES``) and the combine stays BF16
+  (§3.3.3: activations before the MoE up-projection, and the activation gradient before the
+  down-projection, quantized to FP8 for the dispatch; "both the forward and backward combine
+  components" retained in BF16).
 """
 from __future__ import annotations
 
@@ -29,7 +36,11 @@ from .. import comm
 from . import stepmodel
 from .._validate import positive, positive_int
 
-__all__ = ["MoE", "DEEPSEEK_V3", "DEEPSEEK_V2"]
+__all__ = ["MoE", "DEEPSEEK_V3", "DEEPSEEK_V2", "FP8_DISPATCH_BYTES"]
+
+# Bytes per value of an FP8 dispatch: one E4M3 byte and a 4-byte scale per 1×128 tile (DeepSeek-V3
+# §3.3.3 quantizes the dispatched activations as it does Linear inputs, tile-wise; its combine stays BF16)
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,7 @@ class MoE:
     shared: int = 0               # shared experts every token passes through, each expert_params
     imbalance: float = 1.1        # max / mean expert load (assumed)
     overlap: bool = False         # all-to-all hidden behind compute (DualPipe-style)
+    max_nodes: int | None = None  # node-limited routing: a token reaches at most this many nodes
 
     def checked(self, n_layers: int) -> MoE:
         positive_int("n_experts", self.n_experts)
@@ -54,6 +66,8 @@ class MoE:
             raise ValueError(f"imbalance is max/mean expert load, at least 1, got {self.imbalance!r}")
         if not isinstance(self.overlap, bool):
             raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
+        if self.max_nodes is not None:
+            positive_int("max_nodes", self.max_nodes, maximum=self.top_k)
         return self
 
     def routed_total(self) -> float:
@@ -66,8 +80,10 @@ class MoE:
 
 
 # DeepSeek-V3 (arXiv 2412.19437 §4.2): 61 layers, the first 3 dense; 256 routed experts and 1 shared
-# of intermediate size 2048 at hidden 7168 (SwiGLU: 3·7168·2048 parameters each), 8 routed per token.
-DEEPSEEK_V3 = MoE(n_experts=256, top_k=8, expert_params=3 * 7168 * 2048, moe_layers=58, shared=1, overlap=True)
+# of intermediate size 2048 at hidden 7168 (SwiGLU: 3·7168·2048 parameters each), 8 routed per token,
+# each token sent to at most 4 nodes (§4.2, node-limited routing of §2.1.2).
+DEEPSEEK_V3 = MoE(n_experts=256, top_k=8, expert_params=3 * 7168 * 2048, moe_layers=58, shared=1, overlap=True,
+                  max_nodes=4)
 # DeepSeek-V2 (arXiv 2405.04434 §3.1): 60 layers, the first dense; 160 routed experts and 2 shared of
 # intermediate size 1536 at hidden 5120, 6 routed per token.
 DEEPSEEK_V2 = MoE(n_experts=160, top_k=6, expert_params=3 * 5120 * 1536, moe_layers=59, shared=2)
@@ -107,12 +123,25 @@ def routed_seconds(moe: MoE, tokens: float, h: int, ep: int, gpu: str, peak: flo
 
 
 def all_to_all_seconds(moe: MoE, tokens: float, h: int, ep: int, in_node: int, link: float,
-                       nic_per_gpu: float, latency: float) -> float:
-    """Dispatch + combine, forward and backward, of one MoE layer and microbatch on one GPU: the
-    share of ``comm.ep_bytes_per_layer`` bound for the ``in_node − 1`` other members in the node
-    over NVLink, the rest over the NICs, plus one latency per exchange (four)."""
+                       nic_per_gpu: float, latency: float, dispatch_bytes: float = 2.0,
+                       combine_bytes: float = 2.0) -> float:
+    """Dispatch + combine, forward and backward, of one MoE layer and microbatch on one GPU, with
+    ``in_node`` of the ``ep`` members in each node: chapter 14's ``comm.ep_node_bytes`` split by
+    wire (node-limited to ``moe.max_nodes`` nodes when set: one IB copy per node, forwarded over
+    NVLink), NVLink bytes over ``link`` and the rest over the GPU's share of the NICs, plus one
+    latency per exchange (four). The dispatch pair (forward dispatch, backward's gradient to the
+    experts) moves ``dispatch_bytes`` per value, the combine pair ``combine_bytes``. A group that
+    does not fill whole nodes is split by member count: ``in_node − 1`` of the ``ep − 1`` others."""
     if ep == 1:
         return 0.0
-    total = comm.ep_bytes_per_layer(max(1, round(tokens)), h, moe.top_k, ep)
-    inside = total * (in_node - 1) / (ep - 1)
-    return inside / link + (total - inside) / nic_per_gpu + 4 * latency
+    t = max(1, round(tokens))
+    per_value = (dispatch_bytes + combine_bytes) / 2.0          # two of the four passes each
+    if ep % in_node == 0:
+        nodes = ep // in_node
+        m = None if moe.max_nodes is None or nodes == 1 else min(moe.max_nodes, nodes, moe.top_k)
+        inside, across = comm.ep_node_bytes(t, h, moe.top_k, ep, in_node, m, per_value)
+    else:
+        total = comm.ep_bytes_per_layer(t, h, moe.top_k, ep, bytes_per_value=per_value)
+        inside = total * (in_node - 1) / (ep - 1)
+        across = total - inside
+    return inside / link + across / nic_per_gpu + 4 * latency

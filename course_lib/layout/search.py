@@ -143,7 +143,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
              kv_heads: int | None = None, trim_first_last: bool = False, tp_overlap: bool = False,
              cp_comm: str = "ring", vocab_size: int | None = None, moe: MoE | None = None,
              ep: int = 1, schedule: str = "1f1b", block: str = "gpt", precision: str = "bf16",
-             fbw: tuple = _bubble.FBW) -> Layout:
+             fbw: tuple = _bubble.FBW, rank_order: str = "tp-cp-pp-dp") -> Layout:
     """The planner's memory and step time for one given layout (e.g. a published one), whether or
     not it fits; it must satisfy the same rules (TP inside a node, m ≥ 1, CP dividing s). Inputs
     whose step time or memory overflows a float (``n_params=1e308``) are a ValueError naming them.
@@ -161,6 +161,11 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
     5's simulator at this p and m; "dualpipe" also counts its second copy of the weights); every
     schedule but "1f1b" needs v = 1.
 
+    ``rank_order`` numbers the ranks TP fastest, then CP, PP, DP (the default, Llama 3's) or, with
+    "tp-cp-dp-pp", PP outermost, so that the data-parallel replicas, and the expert-parallel groups
+    carved from them, fill a node first (DeepSeek-V3's "64-way EP spanning 8 nodes" beside 16-way
+    PP, arXiv 2412.19437 §3.2).
+
     ``precision="fp8"``: the block's GEMMs in FP8, as in :func:`plan_layouts`.
     """
     degrees = {k: positive_int(k, x) for k, x in dict(tp=tp, cp=cp, pp=pp, dp=dp, v=v).items()}
@@ -170,6 +175,7 @@ def estimate(tp: int, cp: int, pp: int, dp: int, *, n_params: float, n_layers: i
         cp_comm=cp_comm, vocab_size=vocab_size, moe=moe, block=block, precision=precision, schedule=schedule,
         fbw=fbw)
     ep = positive_int("ep", ep)
+    job = replace(job, rank_order=choice("rank_order", rank_order, ("tp-cp-pp-dp", "tp-cp-dp-pp")))
     if job.schedule != "1f1b" and v > 1:
         raise ValueError(f"schedule={job.schedule!r} is a schedule without interleaving: it needs v=1, got v={v}")
     if ep > 1 and job.moe is None:

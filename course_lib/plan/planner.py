@@ -219,7 +219,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
          gpu_mtbf_seconds: float = LLAMA3_GPU_MTBF_S, vocab_size: int = 128_256, dtype: str = "bf16",
          usable_fraction: float = USABLE_FRACTION, storage_bytes_per_s: float | None = None,
          restart_seconds: float | None = None, moe: MoE | None = None, block: str = "gpt",
-         precision: str = "bf16") -> Plan:
+         precision: str = "bf16", schedule: str = "1f1b") -> Plan:
     """Plan a pretraining run end to end (``python -m course_lib plan``): model size, layout and
     memory, step time, MFU, days and cost, checkpoints and goodput, loader rate, numerics.
 
@@ -241,7 +241,8 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
     ``memory.llama_activation_bytes_per_layer``).
     ``precision="fp8"`` times the block's GEMMs in FP8 (``layout.plan_layouts``; refused on a chip
     without FP8); the MFU stays against the BF16 peak, and a caveat states it against the FP8 and
-    mixed peaks and which GEMMs ran in FP8.
+    mixed peaks and which GEMMs ran in FP8. ``schedule`` is the pipeline schedule every pipelined
+    layout is timed with ("1f1b", "zb-h1", "zb-v", "dualpipev", "dualpipe": ``layout.bubble``).
     """
     n, d, sizing, inference_flops = _sizing(compute, n_params, n_tokens, inference_tokens, fit)
     acc = lookup("gpu", gpu)
@@ -270,7 +271,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
                       nics_per_node=g if nics_per_node is None else nics_per_node,
                       nic_bits_per_s=acc.nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s,
                       kv_heads=kv_heads, usable_fraction=u, vocab_size=vocab, moe=moe, block=block,
-                      precision=precision)
+                      precision=precision, schedule=schedule)
     except ValueError as exc:
         if not str(exc).startswith("no layout fits"):
             raise

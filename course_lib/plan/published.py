@@ -18,7 +18,8 @@ __all__ = ["Run", "RUNS", "HELD_OUT", "LLAMA3_405B_MFU", "FP8_AT_BF16"]
 LLAMA3_405B_MFU = (0.38 + 0.43) / 2     # arXiv 2407.21783 §3.3.2 and Table 4: 38-43 % BF16 MFU across its stages
 _CARD = "Llama 3.1 model card (meta-llama/llama-models, models/llama3_1/MODEL_CARD.md)"
 _L3_TABLE3 = "shape: arXiv 2407.21783 Table 3"
-# the status of a run trained in FP8 while the step model times BF16 GEMMs (until it models FP8)
+# the status a run trained in FP8 would carry if the step model timed it at BF16 (DeepSeek-V3 had it
+# until the model timed FP8, node-limited dispatch and DualPipe: it is a test now)
 FP8_AT_BF16 = "not a test: FP8 run timed at BF16"
 
 
@@ -114,16 +115,23 @@ RUNS: tuple[Run, ...] = (
         "469B tokens), §3.3 (FP8 mixed-precision training). No MFU is published; the H800 has the H100 SXM's "
         "dense peak and a 400 GB/s NVLink (course_lib.hardware).",
         "Planned as a mixture of experts (layout.moe.DEEPSEEK_V3: 256 routed experts, 8 per token, one "
-        "shared, DualPipe's overlap): 6ND counts the 37B active parameters, memory all 671B. Given the "
-        "borrowed MFU the ratio means little. The step model times it at BF16, but the run computed its "
-        "GEMMs in FP8 (§3.3), overlapped with DualPipe and dispatched with node-limited routing on custom "
-        "kernels (§3.2), none of which the model times as it ran: its own-MFU figure is shown, not counted "
-        "as a test, and every MFU of it is against the BF16 peak of an FP8 run. The total also holds "
-        "context extension and post-training (0.124M hours).",
+        "shared): 6ND counts the 37B active parameters, memory all 671B. Given the borrowed MFU the first "
+        "ratio means little; the own-MFU ratio is the test. Timed as it ran (§3.2, §3.3): the block's and "
+        "the experts' GEMMs in FP8 (precision='fp8'), node-limited dispatch (each token to at most 4 nodes, "
+        "one InfiniBand copy per node forwarded over NVLink: comm.ep_node_bytes, with EP filling the nodes "
+        "of a pipeline stage, rank_order='tp-cp-dp-pp'), FP8 dispatch and BF16 combine, the all-to-all "
+        "overlapped as DualPipe does, DualPipe's two weight copies, and its bubble taken as DualPipeV's "
+        "replayed by chapter 5's simulator (an assumption: the paper gives DualPipe's formula, not a "
+        "schedule the simulator runs). Not timed, listed with their estimated share "
+        "(plan.published_fp8.untimed_parts): MLA's attention over 192-wide query-key heads where the model "
+        "times h-wide ones, the MTP module, routing and the token permutation. The memory model is BF16's "
+        "(no FP8 activation caching, no recomputation of MLA's up-projections, §3.3.3-3.3.4), so the "
+        "layout may show as not fitting. MFU here is against the BF16 peak; against the FP8 peak it is half. "
+        "The total also holds context extension and post-training (0.124M hours).",
         dict(n_layers=61, d_model=7168, n_heads=128, seq_len=4096, global_batch_tokens=15360 * 4096,
-             vocab_size=129_280, moe=DEEPSEEK_V3),
-        "PP 16 · EP 64 · ZeRO-1 DP, no TP", as_run=dict(tp=1, cp=1, pp=16, dp=128, ep=64, zero=1), elapsed=True,
-        not_a_test=FP8_AT_BF16),
+             vocab_size=129_280, moe=DEEPSEEK_V3, precision="fp8", schedule="dualpipe"),
+        "PP 16 (DualPipe) · EP 64 · ZeRO-1 DP, no TP, FP8",
+        as_run=dict(tp=1, cp=1, pp=16, dp=128, ep=64, zero=1, rank_order="tp-cp-dp-pp"), elapsed=True),
     Run("DeepSeek-V2", 21e9, 1e12, "H800", 2048, None, "none published",
         172.8e3, "gpu_hours", "arXiv 2405.04434 §3.2.3/§4 (172.8K H800 GPU-hours per trillion tokens), §3.1 "
         "(shape), §3.2 (16-way zero-bubble PP, 8-way EP, ZeRO-1 DP)",
@@ -133,8 +141,9 @@ RUNS: tuple[Run, ...] = (
         "in summaries of §3.1. The GPU count is not published (2,048 assumed, DeepSeek-V3's cluster: at a "
         "given MFU GPU-hours do not depend on it, the planner's own MFU does).",
         "A per-trillion-token rate of the main run, so no restarts or other stages inside it. On its "
-        "published layout, with the zero-bubble schedule timed as ZB-H1 (layout.ZB_H1_BUBBLE_SHARE; an "
-        "assumption: the report names zero-bubble pipeline parallelism, not which schedule), the step model lands within the tolerance; the layout the planner picks on its own is faster than "
+        "published layout, with the zero-bubble schedule timed as ZB-H1 replayed by chapter 5's simulator "
+        "(layout.bubble; an assumption: the report names zero-bubble pipeline parallelism, not which "
+        "schedule), the step model lands within the tolerance; the layout the planner picks on its own is faster than "
         "the report, for the MoE costs the model does not time (routing, permutation, MLA).",
         dict(n_layers=60, d_model=5120, n_heads=128, seq_len=4096, global_batch_tokens=9216 * 4096,
              vocab_size=102_400, moe=DEEPSEEK_V2),

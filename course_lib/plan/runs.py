@@ -8,6 +8,8 @@ ratio leaves ±15 %, ``miss`` says which physical effect or convention explains 
 step model is the prediction from its own MFU, on the run's published layout where every degree is
 known (``Run.as_run``), with chapter 12's goodput where the total is elapsed time (``Run.elapsed``).
 ``HELD_OUT`` runs were used for nothing. ``Run``, ``RUNS`` and ``HELD_OUT`` are re-exported here.
+``check_fp8_held_out`` sets the planner beside NVIDIA's published FP8 benchmark rows
+(``plan.published_fp8``), held out too, and reported apart: step times and FP8 speed-ups.
 """
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ from ..layout import Layout, estimate
 from ..network import Network
 from .planner import plan
 from .published import HELD_OUT, LLAMA3_405B_MFU, RUNS, Run
+from .published_fp8 import FP8_HELD_OUT, SPEEDUP_PAIRS
+from .published_fp8 import SOURCE as FP8_SOURCE
 
-__all__ = ["Run", "RUNS", "HELD_OUT", "LLAMA3_405B_MFU", "TOLERANCE", "HELD_OUT_TOLERANCE", "check_published", "summary"]
+__all__ = ["Run", "RUNS", "HELD_OUT", "LLAMA3_405B_MFU", "TOLERANCE", "HELD_OUT_TOLERANCE", "check_published", "summary",
+           "check_fp8_held_out", "FP8_HELD_OUT"]
 
 TOLERANCE = 0.15
 HELD_OUT_TOLERANCE = 0.20   # the bar for runs no constant was read from (issue 32)
@@ -151,3 +156,32 @@ def summary(rows: list[dict]) -> dict:
             "names_within": [r["name"] for r in tests if r["own_within"]],
             "identities": [r["name"] for r in rows if r["identity"]],
             "not_tests": {r["name"]: r["status"] for r in rows if r.get("status")}}
+
+
+def check_fp8_held_out(benches: tuple = FP8_HELD_OUT, pairs: tuple = SPEEDUP_PAIRS) -> dict:
+    """The planner on NVIDIA's published FP8 benchmark rows (``plan.published_fp8``), which nothing
+    in it was fitted to, reported apart from ``check_published``: per row (``rows``) the step model's
+    step on the row's own layout, system and precision against the published step (GBS · s over the
+    cluster's tokens per second), and per same-layout BF16/FP8 pair (``speedups``) the planner's
+    FP8 speed-up against the published one."""
+    rows = []
+    for b in benches:
+        x = _bench(b)
+        rows.append({"name": b.name, "system": b.system, "precision": b.precision, "published_step_s": b.step_s,
+                     "planned_step_s": x.step_s, "ratio": x.step_s / b.step_s, "fits": x.fits,
+                     "mfu": x.mfu, "mfu_vs_fp8": x.fp8.get("mfu_vs_fp8"), "notes": b.notes})
+    speedups = []
+    for bf, f8 in pairs:
+        planned = _bench(bf).step_s / _bench(f8).step_s
+        published = f8.tokens_per_s_per_gpu / bf.tokens_per_s_per_gpu
+        speedups.append({"name": f8.name, "system": f8.system, "published": published, "planned": planned,
+                         "ratio": planned / published})
+    return {"rows": rows, "speedups": speedups, "source": FP8_SOURCE}
+
+
+def _bench(b) -> Layout:
+    """The step model on a benchmark row's own layout: ``gpus_per_node`` GPUs and NICs a node."""
+    acc = lookup("gpu", b.gpu)
+    net = Network(f"{b.gpus_per_node}x {acc.name}", b.gpus_per_node, min(b.gpus_per_node, 8), acc.nic_bits_per_s)
+    return estimate(n_params=b.n_params, gpu=b.gpu, network=net, global_batch_tokens=b.global_batch * b.shape["seq_len"],
+                    precision=b.planner_precision, **b.layout, **b.shape, **b.extra)
