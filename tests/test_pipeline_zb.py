@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from course_lib import pipeline
-from course_lib.pipeline.schedules import V_SCHEDULES, format_ops, schedule, stage_of
+from course_lib.pipeline import zb_runs
+from course_lib.pipeline.schedules import V_SCHEDULES, Op, format_ops, schedule, stage_of
 
 
 @pytest.mark.parametrize("name", V_SCHEDULES)
@@ -52,3 +53,24 @@ def test_dualpipev_follows_the_reference_phases_and_needs_2p_microbatches():
     assert schedule("zb-v", 2, 4, v=2) == schedule("zb-v", 2, 4)
     for m in range(1, 7):                                  # any m ≥ 1 for ZB-V
         pipeline.simulate(schedule("zb-v", 3, m))
+
+
+# ------------------------------------------------------------------------------ split backward, real ranks
+def test_split_backward_equals_the_whole_backward_bit_for_bit():
+    rows = zb_runs.split_check(zb_runs.ZB, n_stages=4, m=2)
+    assert [r["stage"] for r in rows] == [0, 1, 2, 3]
+    assert all(r["weights_equal"] and r["input_equal"] and r["max_diff"] == 0.0 for r in rows), rows
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_zero_bubble_schedules_on_real_ranks_equal_one_process_bit_for_bit(p):
+    out = zb_runs.check_exact(["zb-h1", "zb-v", "dualpipev"], p, 2 * p, timeout=90)
+    for name, r in out.items():
+        assert (r["loss"], r["grads"], r["params"]) == (True, True, True), name
+        run = r["run"]
+        orders = schedule(name, p, 2 * p)
+        for rank in range(p):      # every F, B and W ran, in the schedule's order
+            ops = [Op(e.kind, e.mb, e.chunk) for e in run.timeline.of(rank, ("F", "B", "W"), step=1)]
+            assert ops == orders[rank], (name, rank)
+        # the graphs each rank really held at once: the schedule's promise (p; DualPipeV p + 1/2)
+        assert run.in_flight == [pipeline.peak_in_flight(name, p, 2 * p, s) for s in range(p)], name

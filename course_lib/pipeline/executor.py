@@ -7,7 +7,8 @@ keeps its stage(s), so stage parameters are bit-identical to the single-process 
 gradients can be compared name by name.
 
 ``execute_step`` runs any per-rank op order from ``pipeline.schedules`` (GPipe, 1F1B,
-interleaved): a forward waits for its input activation from the previous rank (its ``irecv``
+interleaved, and with the backward split by ``split_backward`` ZB-H1, ZB-V and DualPipeV, whose
+two chunks sit in a V: the turn on the last rank hands the activation over in memory): a forward waits for its input activation from the previous rank (its ``irecv``
 posted one op ahead), runs the stage and posts the output with ``isend``; a backward waits for
 the output gradient from the next rank, back-propagates and ``isend``s the input gradient. Sends
 never block, so any dependency-respecting order runs without deadlock. Every forward, backward,
@@ -34,7 +35,8 @@ from ..model import GPTConfig
 from ..tensor_context.activation_meter import ActivationMeter
 from .gantt import Event
 from .partition import StageModule, build_stage, even_partition, make_batch
-from .schedules import Op, schedule
+from .schedules import Op, schedule, stage_of
+from .split_backward import backward_input, backward_weight
 
 __all__ = ["execute_step", "default_sizes", "pipeline_worker"]
 
@@ -54,7 +56,8 @@ def _tag(kind: str, mb: int, stage: int, m: int) -> int:
 
 def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch.Tensor,
                  y: torch.Tensor, *, m: int, step: int = 0, meter: ActivationMeter | None = None,
-                 lookahead: int = 1) -> tuple[list[Event], float]:
+                 lookahead: int = 1, placement: str = "loop",
+                 in_flight: list[float] | None = None) -> tuple[list[Event], float]:
     """Run one pipeline step's forwards and backwards on this rank in the order ``ops``.
 
     ``chunks[c]`` is global stage ``c·p + rank``; ``x``/``y`` are the whole batch (only the first
@@ -63,20 +66,27 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     an op needs is posted (``irecv``) ``lookahead`` ops before it runs, as production pipelines
     post the next receive beside the current send: gloo moves a message only once its receive is
     posted, so a receive posted at the last moment adds a round trip to the critical path
-    (``lookahead=0`` shows it). Returns the recorded events and the summed loss (0 on ranks
-    without the last stage).
+    (``lookahead=0`` shows it). Where ``ops`` hold W ops the backward is split: B computes and
+    sends the input gradient only (``split_backward.backward_input``), W later the weights'.
+    ``placement`` "v" puts chunk 1 of rank r at stage 2p−1−r (``schedules.stage_of``). A list
+    passed as ``in_flight`` receives the most microbatches whose autograd graph this rank held at
+    once (stashed after F until B, or W when split; a chunk counts 1/len(chunks)). Returns
+    the recorded events and the summed loss (0 on ranks without the last stage).
     """
     p, r, group = ctx.world_size, ctx.rank, ctx.group
-    if any(op.kind not in ("F", "B") for op in ops):
-        raise ValueError("execute_step runs forwards (F) and whole backwards (B) only; a split backward's "
-                         "W ops (ZB-H1) are replayed by pipeline.simulate")
+    if any(op.kind not in ("F", "B", "W") for op in ops):
+        raise ValueError(f"ops must hold F, B and W operations only, got {sorted({o.kind for o in ops})}")
+    split = any(op.kind == "W" for op in ops)
     n_stages = p * len(chunks)
+    rank_of = {stage_of(q, c, p, placement): q for q in range(p) for c in range(len(chunks))}
+    local: dict[tuple[str, int, int], torch.Tensor] = {}     # hand-overs between two stages of this rank
+    pending: dict[tuple[int, int], object] = {}
     # each microbatch in its own storage, as if it came separately from the data loader
     xs, ys = [t.clone() for t in x.chunk(m)], [t.clone() for t in y.chunk(m)]
     shape = (xs[0].shape[0], x.shape[1], chunks[0].d_model)
     stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
     posted: dict[int, tuple[object, torch.Tensor]] = {}     # op index → (irecv handle, buffer)
-    sends, events, loss_sum = [], [], 0.0
+    sends, events, loss_sum, held = [], [], 0.0, 0
     clock = _clock(x.device)
 
     def post(i: int) -> None:
@@ -84,15 +94,21 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
         if i >= len(ops) or i in posted:
             return
         op = ops[i]
-        g = op.chunk * p + r
-        if (op.kind == "F" and g == 0) or (op.kind == "B" and g == n_stages - 1):
+        g = stage_of(r, op.chunk, p, placement)
+        if op.kind == "W" or (op.kind == "F" and g == 0) or (op.kind == "B" and g == n_stages - 1):
+            return
+        src = rank_of[g - 1] if op.kind == "F" else rank_of[g + 1]
+        if src == r:
             return
         buf = torch.empty(shape, device=x.device)
-        src = (r - 1) % p if op.kind == "F" else (r + 1) % p
         posted[i] = (dist.irecv(buf, src=src, group=group, tag=_tag(op.kind, op.mb, g, m)), buf)
 
     def take(i: int) -> torch.Tensor:
         """Wait for op ``i``'s input; the wait is recorded as a "recv" event."""
+        op = ops[i]
+        key = (op.kind, op.mb, stage_of(r, op.chunk, p, placement))
+        if key in local:
+            return local.pop(key)
         handle, buf = posted.pop(i)
         t0 = clock()
         handle.wait()
@@ -102,8 +118,12 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     for i, op in enumerate(ops):
         for j in range(i, i + lookahead + 1):
             post(j)
-        c, g = op.chunk, op.chunk * p + r
-        if op.kind == "F":
+        c, g = op.chunk, stage_of(r, op.chunk, p, placement)
+        if op.kind == "W":
+            t0, c0 = clock(), time.thread_time()
+            backward_weight(pending.pop((op.mb, c)), list(chunks[c].parameters()))
+            events.append(Event(r, "W", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+        elif op.kind == "F":
             inp = xs[op.mb] if g == 0 else take(i).requires_grad_()
             t0, c0 = clock(), time.thread_time()
             with meter.track() if meter else contextlib.nullcontext():
@@ -112,9 +132,11 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
                     out = F.cross_entropy(out.flatten(0, 1), ys[op.mb].flatten()) / m
             events.append(Event(r, "F", op.mb, t0, clock(), c, step, time.thread_time() - c0))
             stash[(op.mb, c)] = (inp, out)
-            if g < n_stages - 1:
+            if g < n_stages - 1 and rank_of[g + 1] == r:
+                local[("F", op.mb, g + 1)] = out.detach()
+            elif g < n_stages - 1:
                 payload = out.detach()
-                sends.append((dist.isend(payload, dst=(r + 1) % p, group=group,
+                sends.append((dist.isend(payload, dst=rank_of[g + 1], group=group,
                                          tag=_tag("F", op.mb, g + 1, m)), payload))
             else:
                 loss_sum += out.item()
@@ -122,13 +144,21 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
             inp, out = stash.pop((op.mb, c))
             grad = None if g == n_stages - 1 else take(i)
             t0, c0 = clock(), time.thread_time()
-            torch.autograd.backward(out, grad)
+            if split:
+                pending[(op.mb, c)] = backward_input(out, grad, inp, list(chunks[c].parameters()))
+            else:
+                torch.autograd.backward(out, grad)
             events.append(Event(r, "B", op.mb, t0, clock(), c, step, time.thread_time() - c0))
-            if g > 0:
-                sends.append((dist.isend(inp.grad, dst=(r - 1) % p, group=group,
+            if g > 0 and rank_of[g - 1] == r:
+                local[("B", op.mb, g - 1)] = inp.grad
+            elif g > 0:
+                sends.append((dist.isend(inp.grad, dst=rank_of[g - 1], group=group,
                                          tag=_tag("B", op.mb, g - 1, m)), inp.grad))
+        held = max(held, len(stash) + len(pending))
     for handle, _ in sends:
         handle.wait()
+    if in_flight is not None:
+        in_flight.append(held / len(chunks))
     return events, loss_sum
 
 
@@ -176,17 +206,25 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
     for run in runs:
         name, m, v = run.get("schedule", "1f1b"), int(run["m"]), int(run.get("v", 1))
         steps, use_meter = int(run.get("steps", 1)), bool(run.get("memory", False))
+        # the meter's saved-tensor hooks tie some saved outputs to their own nodes, a cycle that
+        # only a whole backward (retain_graph=False) breaks: under a split backward its count
+        # would grow step by step, so split schedules report the graphs held (``in_flight``)
         rcfg, rclip = run.get("cfg", cfg), run.get("clip", clip)
         p, warmup = ctx.world_size, int(run.get("warmup", 0))
         look, mbs = int(run.get("lookahead", 1)), int(run.get("mb_size", mb_size))
+        orders = schedule(name, p, m, v)
+        place, v = orders.placement, max(v, 1 + max(o.chunk for o in orders[ctx.rank]))
         stage_sizes = default_sizes(rcfg, p * v, run.get("sizes", sizes))
-        chunks = [build_stage(rcfg, stage_sizes, c * p + ctx.rank, seed).to(ctx.device) for c in range(v)]
+        chunks = [build_stage(rcfg, stage_sizes, stage_of(ctx.rank, c, p, place), seed).to(ctx.device)
+                  for c in range(v)]
         params = [q for ch in chunks for q in ch.parameters()]
-        ops = schedule(name, p, m, v)[ctx.rank]
-        res: dict = {"events": [], "loss": [], "wall": [], "peak_bytes": 0, "mb_bytes": 0}
+        ops = orders[ctx.rank]
+        use_meter = use_meter and not any(o.kind == "W" for o in ops)
+        res: dict = {"events": [], "loss": [], "wall": [], "peak_bytes": 0, "mb_bytes": 0, "in_flight": []}
         for _ in range(warmup):
             x, y = make_batch(rcfg, m * mbs, seed)
-            execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m, lookahead=look)
+            execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m, lookahead=look,
+                         placement=place)
             _optimizer_step(ctx, params, lr, rclip)
         for step in range(steps):
             x, y = (t.to(ctx.device) for t in make_batch(rcfg, m * mbs, seed + step))
@@ -196,13 +234,14 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
             t0 = clock()
             if meter is not None and step == 0:   # one microbatch alone: the unit of stashing
                 ev, _ = execute_step(ctx, chunks, [o for o in ops if o.mb == 0], x[:mbs],
-                                     y[:mbs], m=1, meter=meter)
+                                     y[:mbs], m=1, meter=meter, placement=place)
                 res["mb_bytes"], meter.peak = meter.peak, 0
                 for q in params:
                     q.grad = None
                 dist.barrier(group=ctx.group)
                 t0 = clock()
-            ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter, lookahead=look)
+            ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter, lookahead=look,
+                                    placement=place, in_flight=res["in_flight"])
             if run.get("grads", return_grads) and step == 0:
                 res["grads"] = {n: q.grad.clone() for ch in chunks
                                 for n, q in ch.named_full_parameters().items()}

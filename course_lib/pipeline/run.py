@@ -23,7 +23,7 @@ from ..model import GPT, GPTConfig
 from . import bubble_fraction, simulate
 from .executor import default_sizes, execute_step, pipeline_worker
 from .partition import DEMO, check_sizes, make_batch
-from .schedules import EXECUTABLE, SCHEDULES, schedule
+from .schedules import EXECUTABLE, schedule, stage_of
 
 __all__ = ["TIMING_MB", "execute_step", "default_sizes", "pipeline_worker", "RunResult", "bubble_table",
            "run_pipeline", "reference_step"]
@@ -51,6 +51,7 @@ class RunResult:
     mb_bytes: list[int]         # per rank: bytes one microbatch stashes on its own
     grads: dict | None = None   # first-step gradients by GPT parameter name
     params: dict | None = None  # parameters after the last step
+    in_flight: list[float] | None = None   # per rank: most microbatch graphs held at once (stage units)
 
     @property
     def steps(self) -> int:
@@ -65,8 +66,21 @@ class RunResult:
         measured op times and instant messages, its bubble is closest to (p−1)/(vm+p−1). Other
         programs and a noisy (virtual) machine make op times uneven, so this is the step least
         disturbed by them, as a benchmark keeps its least disturbed repetition."""
-        formula = bubble_fraction(self.p, self.m, self.v)
+        formula = self.expected()
         return min(range(self.steps), key=lambda s: (abs(self.replay(s).bubble_fraction() - formula), s))
+
+    def expected(self) -> float:
+        """The bubble the schedule should have: (p−1)/(vm+p−1) for GPipe, 1F1B and interleaved;
+        for the split-backward schedules the simulator's, at this run's mean measured T_F, T_B, T_W
+        (averaged over every step and rank: their bubble depends on the ratio)."""
+        if self.schedule in ("gpipe", "1f1b", "interleaved"):
+            return bubble_fraction(self.p, self.m, self.v)
+        mean = {k: sum(e.duration for e in self.timeline.of(kinds=(k,))) / len(self.timeline.of(kinds=(k,)))
+                for k in "FBW"}
+        chunks = 2 if self.schedule in ("zb-v", "dualpipev") else 1
+        return simulate(schedule(self.schedule, self.p, self.m, self.v), t_forward=mean["F"] * chunks,
+                        t_backward=(mean["B"] + mean["W"]) * chunks,
+                        w_share=mean["W"] / (mean["B"] + mean["W"])).bubble_fraction()
 
     def bubble(self) -> float:
         """Measured bubble fraction of the steadiest step (``steadiest_step``)."""
@@ -85,21 +99,21 @@ class RunResult:
         """Step ``step`` replayed by the exact simulator with every forward and backward taking
         the time it took on the real ranks, and messages arriving instantly: what the schedule
         alone would have done with these measured op times."""
-        times = {(e.kind, e.mb, e.chunk * self.p + e.rank): e.duration
-                 for e in self.timeline.of(kinds=("F", "B"), step=step)}
-        return simulate(schedule(self.schedule, self.p, self.m, self.v), t_forward=1.0,
-                        t_backward=1.0, op_times=times)
+        orders = schedule(self.schedule, self.p, self.m, self.v)
+        times = {(e.kind, e.mb, stage_of(e.rank, e.chunk, self.p, orders.placement)): e.duration
+                 for e in self.timeline.of(kinds=("F", "B", "W"), step=step)}
+        return simulate(orders, t_forward=1.0, t_backward=1.0, op_times=times)
 
     def bubble_parts(self, step: int | None = None) -> dict[str, float]:
         """Split the measured bubble of a step (default: the steadiest) into three parts:
-        ``schedule`` — (p−1)/(vm+p−1), the idle time of equal, steady stages; ``op_times`` —
+        ``schedule`` — ``expected()``, the idle time of steady stages; ``op_times`` —
         what unequal or jittery forward/backward times added (the replay minus the formula);
         ``transfer`` — what sending, receiving and the Python between ops added (the measured
         bubble minus the replay). The three sum to ``measured``."""
         step = self.steadiest_step() if step is None else step
         measured = self.timeline.bubble_fraction(step)
         replayed = self.replay(step).bubble_fraction()
-        formula = bubble_fraction(self.p, self.m, self.v)
+        formula = self.expected()
         return {"schedule": formula, "op_times": replayed - formula, "transfer": measured - replayed,
                 "measured": measured}
 
@@ -126,7 +140,8 @@ def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"sc
                  grads: bool = False, params: bool = False, timeout: float = 180.0) -> list[RunResult]:
     """Launch ``p`` ranks (gloo, one thread each) and train each of ``runs`` on them.
 
-    A run is a dict ``{"schedule": "gpipe" | "1f1b" | "interleaved", "m": 4, "v": 1,
+    A run is a dict ``{"schedule": "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zb-v" |
+    "dualpipev", "m": 4, "v": 1,
     "steps": 1, "memory": False}``; ``memory=True`` turns on activation accounting. A run may
     also set ``warmup`` steps and override the keyword arguments (see ``pipeline_worker``).
     """
@@ -136,11 +151,8 @@ def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"sc
         positive_int("mb_size", run.get("mb_size", mb_size))
         rcfg, v = run.get("cfg", cfg), positive_int("v", run.get("v", 1))
         name = run.get("schedule", "1f1b")
-        if name in SCHEDULES and name not in EXECUTABLE:
-            raise ValueError(f"schedule={name!r} splits each backward into B and W, which this executor does "
-                             f"not (it runs whole backwards): simulate it with pipeline.simulate, or run one "
-                             f"of {', '.join(map(repr, EXECUTABLE))}")
-        schedule(choice("schedule", name, EXECUTABLE), p, run["m"], v)  # validates m, v
+        if schedule(choice("schedule", name, EXECUTABLE), p, run["m"], v).placement == "v":  # validates m, v
+            v = 2
         check_sizes(default_sizes(rcfg, p * v, run.get("sizes", sizes)), rcfg.n_layers + 2, p * v)
     res = launch(pipeline_worker, p, timeout=timeout, threads_per_rank=1, cfg=cfg, runs=list(runs),
                  sizes=sizes, mb_size=mb_size, seed=seed, lr=lr, clip=clip,
@@ -148,12 +160,14 @@ def run_pipeline(cfg: GPTConfig = DEMO, p: int = 2, runs: Sequence[dict] = ({"sc
     out = []
     for i, run in enumerate(runs):
         per_rank = [r[i] for r in res]
-        out.append(RunResult(run.get("schedule", "1f1b"), p, int(run["m"]), int(run.get("v", 1)),
-                             per_rank[0]["sizes"],
+        name, v = run.get("schedule", "1f1b"), int(run.get("v", 1))
+        in_v = schedule(name, p, int(run["m"]), v).placement == "v"
+        out.append(RunResult(name, p, int(run["m"]), v, per_rank[0]["sizes"],
                              Timeline(p, [Event(*e) for r in per_rank for e in r["events"]]),
-                             per_rank[-1]["loss"],   # the last stage always lives on rank p − 1
+                             per_rank[0 if in_v else -1]["loss"],   # the last stage: rank p − 1, or 0 in a V
                              [r["peak_bytes"] for r in per_rank], [r["mb_bytes"] for r in per_rank],
-                             _merge(per_rank, "grads"), _merge(per_rank, "params")))
+                             _merge(per_rank, "grads"), _merge(per_rank, "params"),
+                             [max(r["in_flight"]) for r in per_rank]))
     return out
 
 

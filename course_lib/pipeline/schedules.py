@@ -49,8 +49,9 @@ __all__ = ["Op", "Orders", "SCHEDULES", "EXECUTABLE", "V_SCHEDULES", "gpipe", "o
            "schedule", "parse_ops", "format_ops"]
 
 V_SCHEDULES = ("zb-v", "dualpipev")              # two chunks per rank, placed in a V
-EXECUTABLE = ("gpipe", "1f1b", "interleaved")    # what the multi-process executor runs
-SCHEDULES = EXECUTABLE + ("zb-h1",) + V_SCHEDULES  # what the simulator replays
+# what the simulator replays = what the multi-process executor runs (W: split backwards)
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1") + V_SCHEDULES
+EXECUTABLE = SCHEDULES
 
 
 @dataclass(frozen=True, order=True)
