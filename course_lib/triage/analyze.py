@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .recorder import dump_path
 
-__all__ = ["DumpError", "Verdict", "analyze", "read_dumps"]
+__all__ = ["DumpError", "Verdict", "analyze", "analyze_dumps", "read_dumps"]
 
 
 class DumpError(RuntimeError):
@@ -89,6 +89,15 @@ def _doing(d: dict) -> str:
 def analyze(folder: str | Path, world_size: int) -> Verdict:
     """The verdict of one run's dumps in ``folder`` (``world_size`` ranks)."""
     dumps, missing = read_dumps(folder, world_size)
+    return analyze_dumps(dumps, missing)
+
+
+def analyze_dumps(dumps: dict[int, dict], missing: list[int] = ()) -> Verdict:
+    """The verdict of dumps already read (``dumps[rank]``, as :func:`read_dumps` returns them; a
+    JSON file's string keys are accepted), ``missing`` the ranks that left none."""
+    dumps, missing = {int(r): d for r, d in dumps.items()}, list(missing)
+    if not dumps:
+        raise DumpError("no flight-recorder dump given")
     waiting = {r: d["current"] for r, d in dumps.items()
                if d.get("current") and d["current"]["kind"] == "collective"}
     failed = {r: e for r, d in dumps.items() for e in d["entries"] if e.get("state") in ("failed", "mismatch")}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .._validate import calculator, positive
 from ..faults.arithmetic import LLAMA3, expected_lost_seconds, goodput, optimal_checkpoint_interval
 
-__all__ = ["triage_goodput", "llama3_interruptions_per_day"]
+__all__ = ["triage_goodput", "detection_rate_needed", "llama3_interruptions_per_day"]
 
 
 @calculator
@@ -31,6 +31,18 @@ def triage_goodput(mtbf_seconds: float, save_seconds: float, diagnose_seconds: f
     lost = expected_lost_seconds(tau, d)
     return {"goodput": goodput(tau, d, diag + r, m), "interval_seconds": tau,
             "lost_per_failure_seconds": diag + r + lost, "lost_work_seconds": lost}
+
+
+@calculator
+def detection_rate_needed(flips_per_gpu_hour: float, n_gpus: int, run_hours: float, max_undetected: float) -> float:
+    """The share of silent corruptions a detector must catch so that a run of ``run_hours`` on
+    ``n_gpus`` GPUs, each corrupting silently ``flips_per_gpu_hour`` times an hour, expects at most
+    ``max_undetected`` undetected ones: the run expects λ = rate · n · hours, and (1 − d) · λ ≤ max,
+    so d = 1 − max/λ (0 when the run expects fewer than ``max_undetected`` in all)."""
+    from .._validate import positive_int
+    lam = (positive("flips_per_gpu_hour", flips_per_gpu_hour) * positive_int("n_gpus", n_gpus)
+           * positive("run_hours", run_hours))
+    return max(0.0, 1.0 - positive("max_undetected", max_undetected, allow_zero=True) / lam)
 
 
 def llama3_interruptions_per_day() -> float:

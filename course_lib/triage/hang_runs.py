@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-__all__ = ["CASES", "hang_case", "torch_fr_compare"]
+__all__ = ["CASES", "hang_case", "torch_fr_compare", "main"]
 
 CASES = ("skip", "other", "compute", "size", "none")
 
@@ -107,3 +107,29 @@ def torch_fr_compare(folder: str | Path, world_size: int = 2) -> list[dict]:
     course's, on the same three gloo collectives; one dict per rank."""
     from course_lib.dist import launch
     return launch(_fr_worker, world_size, timeout=30.0, folder=str(folder))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_lib.triage.hang_runs OUT.json``: one real run's dumps (rank 1 skips the
+    all-reduce of step 3, four ranks), stored for the exercises to read."""
+    import json
+    import sys
+    import tempfile
+
+    from course_lib.triage import hang_runs   # by name: the ranks import the worker from it
+    from course_lib.triage.analyze import read_dumps
+    out = (sys.argv[1:] if argv is None else argv)[0]
+    with tempfile.TemporaryDirectory() as folder:
+        res = hang_runs.hang_case(folder, "skip", world_size=4, faulty=1, at_step=3, steps=5)
+        dumps, missing = read_dumps(folder, 4)
+    body = {"command": "python -m course_lib.triage.hang_runs data/triage_dumps.json", "world_size": 4,
+            "missing": missing, "dumps": {str(r): d for r, d in dumps.items()}}
+    with open(out, "w") as f:
+        json.dump(body, f, indent=1)
+        f.write("\n")
+    print(res["verdict"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
