@@ -92,6 +92,20 @@ def test_chapter_1_says_backward_is_twice_forward() -> None:
     assert not re.search(r"(?<!加)反向[^。；，]{0,12}是前向的三倍", text)
 
 
+@pytest.mark.skipif(not _notes(), reason=f"the source notes are not at {SEEDS} (set COURSE_SEEDS)")
+@pytest.mark.parametrize("page", [p for p in PAGES if p.name not in PENDING], ids=lambda p: p.name)
+def test_a_quote_of_the_notes_is_their_own_text(page: Path) -> None:
+    """A quotation in a sentence that names the notes (笔记) is their text, verbatim up to whitespace,
+    not a Chinese rendering of the English paraphrase. A name in quotes is no quote."""
+    notes, text, wrong = _notes(), CODE_CELL.sub(" ", page.read_text(encoding="utf-8")), []
+    for m in QUOTE.finditer(text):
+        start = max(text.rfind("。", 0, m.start()), text.rfind("\n", 0, m.start()))
+        quoted = claims_zh.normalise(m.group(1).replace("\\$", "$"))
+        if "笔记" in text[start:m.start()] and quoted not in ("原始笔记",) and not any(quoted in n for n in notes):
+            wrong.append(m.group(0))
+    assert not wrong, f"book/zh/{page.name}: not the notes' words: {wrong}"
+
+
 def test_the_notes_page_quotes_and_calls_nothing_a_verbatim_saying() -> None:
     text = (ZH / "notes.md").read_text(encoding="utf-8")
     assert "原话" not in text
