@@ -40,6 +40,7 @@ REJECTED = [
     (r"诚实", "公平 / 站得住"),
     (r"(?<![至多])[少低小]了?(?:[一二两三四五六七八九十百千万]+|\d+|这么多|几)倍", "只有……的几分之一"),
     (r"尚未翻译|（英文）", "nothing: every chapter has its twin"),
+    (r"种子笔记", "原始笔记 (the notes are the course's sources, not seeds)"),
     (r"不与[^，。；：]{0,12}无关|并不能让[^，。；：]{0,12}不可能", "the positive form (与……有关, 挡不住……)"),
 ]
 # Pages other helpers are editing in this round: their hits are listed in the round's report and
