@@ -57,7 +57,8 @@ def _tag(kind: str, mb: int, stage: int, m: int) -> int:
 def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch.Tensor,
                  y: torch.Tensor, *, m: int, step: int = 0, meter: ActivationMeter | None = None,
                  lookahead: int = 1, placement: str = "loop",
-                 in_flight: list[float] | None = None) -> tuple[list[Event], float]:
+                 in_flight: list[float] | None = None,
+                 pace: dict[str, float] | None = None, link: float = 0.0) -> tuple[list[Event], float]:
     """Run one pipeline step's forwards and backwards on this rank in the order ``ops``.
 
     ``chunks[c]`` is global stage ``c·p + rank``; ``x``/``y`` are the whole batch (only the first
@@ -70,7 +71,12 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     sends the input gradient only (``split_backward.backward_input``), W later the weights'.
     ``placement`` "v" puts chunk 1 of rank r at stage 2p−1−r (``schedules.stage_of``). A list
     passed as ``in_flight`` receives the most microbatches whose autograd graph this rank held at
-    once (stashed after F until B, or W when split; a chunk counts 1/len(chunks)). Returns
+    once (stashed after F until B, or W when split; a chunk counts 1/len(chunks)). ``pace``
+    {"F": s, "B": s, "W": s} emulates compute: an op that finishes sooner sleeps until it has
+    lasted that long (the messages, the order and the arithmetic stay real). ``link`` > 0
+    emulates a slow link: each message carries its send time and is handed over no earlier than
+    ``link`` seconds later; its flight is recorded as a "link" event on the receiver and the
+    part of it the receiver sat waiting for as "exposed" (the rest was hidden under compute). Returns
     the recorded events and the summed loss (0 on ranks without the last stage).
     """
     p, r, group = ctx.world_size, ctx.rank, ctx.group
@@ -85,9 +91,15 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     xs, ys = [t.clone() for t in x.chunk(m)], [t.clone() for t in y.chunk(m)]
     shape = (xs[0].shape[0], x.shape[1], chunks[0].d_model)
     stash: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-    posted: dict[int, tuple[object, torch.Tensor]] = {}     # op index → (irecv handle, buffer)
+    posted: dict[int, tuple] = {}     # op index → (irecv handle, buffer[, stamp handle, stamp buffer])
     sends, events, loss_sum, held = [], [], 0.0, 0
     clock = _clock(x.device)
+
+    def paced(t0: float, kind: str) -> float:
+        """End of an op begun at ``t0``: now, or with ``pace`` once it has lasted pace[kind]."""
+        if pace:
+            time.sleep(max(0.0, t0 + pace[kind] - clock()))
+        return clock()
 
     def post(i: int) -> None:
         """Post the receive that op ``i`` needs, if it needs one and it is not posted yet."""
@@ -100,8 +112,17 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
         src = rank_of[g - 1] if op.kind == "F" else rank_of[g + 1]
         if src == r:
             return
-        buf = torch.empty(shape, device=x.device)
-        posted[i] = (dist.irecv(buf, src=src, group=group, tag=_tag(op.kind, op.mb, g, m)), buf)
+        buf, tag = torch.empty(shape, device=x.device), _tag(op.kind, op.mb, g, m)
+        posted[i] = (dist.irecv(buf, src=src, group=group, tag=tag), buf)
+        if link:
+            stamp = torch.zeros(1, dtype=torch.float64)
+            posted[i] += (dist.irecv(stamp, src=src, group=group, tag=tag + 4 * n_stages * m), stamp)
+
+    def send(payload: torch.Tensor, dst: int, tag: int) -> None:
+        sends.append((dist.isend(payload, dst=dst, group=group, tag=tag), payload))
+        if link:
+            stamp = torch.tensor([clock()], dtype=torch.float64)
+            sends.append((dist.isend(stamp, dst=dst, group=group, tag=tag + 4 * n_stages * m), stamp))
 
     def take(i: int) -> torch.Tensor:
         """Wait for op ``i``'s input; the wait is recorded as a "recv" event."""
@@ -109,10 +130,18 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
         key = (op.kind, op.mb, stage_of(r, op.chunk, p, placement))
         if key in local:
             return local.pop(key)
-        handle, buf = posted.pop(i)
+        handle, buf, *stamp = posted.pop(i)
         t0 = clock()
         handle.wait()
-        events.append(Event(r, "recv", ops[i].mb, t0, clock(), ops[i].chunk, step))
+        if link:
+            stamp[0].wait()
+            sent = float(stamp[1])
+            time.sleep(max(0.0, sent + link - clock()))
+            a, b = max(t0, sent), min(clock(), sent + link)
+            events.append(Event(r, "link", op.mb, sent, sent + link, op.chunk, step))
+            if b > a:
+                events.append(Event(r, "exposed", op.mb, a, b, op.chunk, step))
+        events.append(Event(r, "recv", op.mb, t0, clock(), op.chunk, step))
         return buf
 
     for i, op in enumerate(ops):
@@ -122,7 +151,7 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
         if op.kind == "W":
             t0, c0 = clock(), time.thread_time()
             backward_weight(pending.pop((op.mb, c)), list(chunks[c].parameters()))
-            events.append(Event(r, "W", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+            events.append(Event(r, "W", op.mb, t0, paced(t0, "W"), c, step, time.thread_time() - c0))
         elif op.kind == "F":
             inp = xs[op.mb] if g == 0 else take(i).requires_grad_()
             t0, c0 = clock(), time.thread_time()
@@ -130,14 +159,12 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
                 out = chunks[c](inp)
                 if g == n_stages - 1:
                     out = F.cross_entropy(out.flatten(0, 1), ys[op.mb].flatten()) / m
-            events.append(Event(r, "F", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+            events.append(Event(r, "F", op.mb, t0, paced(t0, "F"), c, step, time.thread_time() - c0))
             stash[(op.mb, c)] = (inp, out)
             if g < n_stages - 1 and rank_of[g + 1] == r:
                 local[("F", op.mb, g + 1)] = out.detach()
             elif g < n_stages - 1:
-                payload = out.detach()
-                sends.append((dist.isend(payload, dst=rank_of[g + 1], group=group,
-                                         tag=_tag("F", op.mb, g + 1, m)), payload))
+                send(out.detach(), rank_of[g + 1], _tag("F", op.mb, g + 1, m))
             else:
                 loss_sum += out.item()
         else:
@@ -148,12 +175,11 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
                 pending[(op.mb, c)] = backward_input(out, grad, inp, list(chunks[c].parameters()))
             else:
                 torch.autograd.backward(out, grad)
-            events.append(Event(r, "B", op.mb, t0, clock(), c, step, time.thread_time() - c0))
+            events.append(Event(r, "B", op.mb, t0, paced(t0, "B"), c, step, time.thread_time() - c0))
             if g > 0 and rank_of[g - 1] == r:
                 local[("B", op.mb, g - 1)] = inp.grad
             elif g > 0:
-                sends.append((dist.isend(inp.grad, dst=rank_of[g - 1], group=group,
-                                         tag=_tag("B", op.mb, g - 1, m)), inp.grad))
+                send(inp.grad, rank_of[g - 1], _tag("B", op.mb, g - 1, m))
         held = max(held, len(stash) + len(pending))
     for handle, _ in sends:
         handle.wait()
@@ -195,7 +221,7 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
     """Rank body: train each run ``{"schedule", "m", "v", "steps", "warmup", "memory"}`` in turn.
 
     A run may override ``cfg``, ``sizes``, ``mb_size``, ``clip``, ``barrier_each_step``,
-    ``grads`` and the receive ``lookahead`` of ``execute_step``. Runs happen one
+    ``grads``, and the receive ``lookahead``, compute ``pace`` and ``link`` of ``execute_step``. Runs happen one
     after another in this process on freshly built stages (same seed), so a sweep costs one
     launch; ``warmup`` steps run first and are not recorded. Per run this rank returns its events
     (as tuples), losses, per-step wall time, activation bytes (peak, and one microbatch alone)
@@ -212,6 +238,7 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
         rcfg, rclip = run.get("cfg", cfg), run.get("clip", clip)
         p, warmup = ctx.world_size, int(run.get("warmup", 0))
         look, mbs = int(run.get("lookahead", 1)), int(run.get("mb_size", mb_size))
+        pace, link = run.get("pace"), float(run.get("link", 0.0))
         orders = schedule(name, p, m, v)
         place, v = orders.placement, max(v, 1 + max(o.chunk for o in orders[ctx.rank]))
         stage_sizes = default_sizes(rcfg, p * v, run.get("sizes", sizes))
@@ -224,7 +251,7 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
         for _ in range(warmup):
             x, y = make_batch(rcfg, m * mbs, seed)
             execute_step(ctx, chunks, ops, x.to(ctx.device), y.to(ctx.device), m=m, lookahead=look,
-                         placement=place)
+                         placement=place, pace=pace, link=link)
             _optimizer_step(ctx, params, lr, rclip)
         for step in range(steps):
             x, y = (t.to(ctx.device) for t in make_batch(rcfg, m * mbs, seed + step))
@@ -241,7 +268,8 @@ def pipeline_worker(ctx, cfg: GPTConfig, runs: Sequence[dict], sizes: Sequence[i
                 dist.barrier(group=ctx.group)
                 t0 = clock()
             ev, loss = execute_step(ctx, chunks, ops, x, y, m=m, step=step, meter=meter, lookahead=look,
-                                    placement=place, in_flight=res["in_flight"])
+                                    placement=place, in_flight=res["in_flight"], pace=pace,
+                                    link=link)
             if run.get("grads", return_grads) and step == 0:
                 res["grads"] = {n: q.grad.clone() for ch in chunks
                                 for n, q in ch.named_full_parameters().items()}

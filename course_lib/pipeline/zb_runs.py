@@ -8,14 +8,16 @@
 * ``split_check`` — B then W (``split_backward``) against the whole backward, stage by stage.
 * ``stage_times`` — T_F : T_B : T_W of one middle stage measured, and the share of the backward
   that has no W part (attention's score and softmax products: they touch no weight).
-* ``bubble_point`` — one (schedule, p, m) on real ranks: measured bubble of the steadiest step
-  against the simulator replaying the same step's measured op times and against the paper's
-  formula at the measured ratio; peak microbatches in flight measured against the promise.
+* ``bubble_points`` — schedules at one (p, m) on real ranks, compute real or paced (emulated
+  op durations, real order and messages): measured bubble against the simulator's prediction,
+  its replay of the measured op times and the paper's formula; microbatches in flight measured
+  against the schedule's promise.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -23,13 +25,14 @@ import torch.nn.functional as F
 from ..model import GPTConfig
 from . import peak_in_flight, simulate
 from .executor import default_sizes
+from .gantt import Timeline
 from .partition import build_stage, make_batch
 from .run import run_pipeline
 from .schedules import schedule
 from .split_backward import backward_input, backward_weight
 
 __all__ = ["ZB", "v_sizes", "one_process", "check_exact", "split_check", "stage_times", "paper_bubble",
-           "bubble_point"]
+           "bubble_points", "overlap_runs"]
 
 #: A GPT for the V schedules on up to 4 ranks: 6 blocks, so embed, blocks and head make 8 stages.
 ZB = GPTConfig(vocab_size=64, seq_len=16, n_layers=6, n_heads=2, d_model=32, tie_embeddings=False)
@@ -165,11 +168,12 @@ def stage_times(cfg: GPTConfig, sizes: Sequence[int], stage: int, mb_size: int =
 
 def paper_bubble(name: str, p: int, m: int, tf: float, tb: float, tw: float) -> float | None:
     """The papers' idle time as a share of the step, from per-op times (per chunk for the V
-    schedules): 1F1B (p−1)(T_F+T_B+T_W), ZB-H1 (p−1)(T_F+T_B−2T_W) (arXiv 2401.10241);
+    schedules): 1F1B (p−1)(T_F+T_B+T_W), ZB-H1 (p−1)(T_F+T_B−T_W) (arXiv 2401.10241, a third
+    of 1F1B's when the three are equal; the DualPipe table's (PP−1)(F+B−2W) with B whole);
     DualPipeV the DualPipe table's (PP/2−1)(F&B+B−3W) with PP = 2p stages, B a whole backward
     and F&B = F+B (this executor does not overlap the pair's compute). ZB-V's paper gives no
     closed form (only "zero when T_F = T_B = T_W"): None. Clamped at 0."""
-    idle = {"1f1b": (p - 1) * (tf + tb + tw), "zb-h1": (p - 1) * (tf + tb - 2 * tw),
+    idle = {"1f1b": (p - 1) * (tf + tb + tw), "zb-h1": (p - 1) * (tf + tb - tw),
             "dualpipev": (p - 1) * (tf + 2 * tb - tw)}.get(name)
     if idle is None:
         return None
@@ -178,23 +182,81 @@ def paper_bubble(name: str, p: int, m: int, tf: float, tb: float, tw: float) -> 
     return idle / (idle + v * m * (tf + tb + tw))
 
 
-def bubble_point(name: str, p: int, m: int, cfg: GPTConfig = ZB, mb_size: int = 8, steps: int = 4,
-                 warmup: int = 1, timeout: float = 240.0) -> dict:
-    """One schedule measured on ``p`` real ranks: bubble of the steadiest step, the simulator's
-    replay of that step's own op times, the paper's formula at the measured T_F:T_B:T_W, peak
-    microbatches in flight (graphs the rank held at once) and the schedule's promise."""
+def _pace(name: str, p: int, m: int, times: Sequence[float]) -> dict[str, float]:
+    """Per-op durations that emulate a stage's T_F, T_B, T_W (a V chunk is half a stage; a
+    schedule without W runs B and W as one backward)."""
+    tf, tb, tw = times
     v = 2 if schedule(name, p, m).placement == "v" else 1
-    r = run_pipeline(cfg, p, [{"schedule": name, "m": m, "steps": steps, "warmup": warmup,
-                               "sizes": v_sizes(cfg, p * v)}], mb_size=mb_size, timeout=timeout)[0]
-    s = r.steadiest_step()
-    ev = r.timeline.of(step=s)
-    mean = {k: sum(e.duration for e in ev if e.kind == k) / max(1, sum(e.kind == k for e in ev)) for k in "FBW"}
-    mean["W"] = mean["W"] or 0.0
-    if name in ("1f1b", "gpipe", "interleaved"):
-        mean["B"], mean["W"] = mean["B"] * 2 / 3, mean["B"] / 3    # not measured: a nominal split
-    return {"schedule": name, "p": p, "m": m, "measured": r.timeline.bubble_fraction(s),
-            "simulated": r.replay(s).bubble_fraction(),
-            "paper": paper_bubble(name, p, m, mean["F"], mean["B"], mean["W"]),
-            "ideal_111": simulate(schedule(name, p, m), t_forward=1.0, t_backward=2.0).bubble_fraction(),
-            "peak_measured": r.in_flight, "peak_promised": [peak_in_flight(name, p, m, q, v) for q in range(p)],
-            "run": r}
+    if name in ("gpipe", "1f1b", "interleaved"):
+        return {"F": tf / v, "B": (tb + tw) / v, "W": 0.0}
+    return {"F": tf / v, "B": tb / v, "W": tw / v}
+
+
+def bubble_points(names: Sequence[str], p: int, m: int, times: Sequence[float] | None = None,
+                  cfg: GPTConfig = ZB, mb_size: int = 8, steps: int = 3, warmup: int = 1,
+                  timeout: float = 240.0) -> list[dict]:
+    """Each schedule of ``names`` measured on ``p`` real ranks (one launch). ``times`` = (T_F,
+    T_B, T_W) of one stage in seconds paces the compute (``execute_step``'s ``pace``: order,
+    messages and arithmetic real, op durations emulated); None runs the real compute. Per
+    schedule: the measured bubble (median step), the simulator's prediction at the paced
+    times, its replay of the median step's own op times, the paper's formula, and the
+    microbatches in flight measured (graphs held) against the schedule's promise."""
+    runs = []
+    for name in names:
+        v = 2 if schedule(name, p, m).placement == "v" else 1
+        run = {"schedule": name, "m": m, "steps": steps, "warmup": warmup, "sizes": v_sizes(cfg, p * v)}
+        if times is not None:
+            run["pace"] = _pace(name, p, m, times)
+        runs.append(run)
+    out = []
+    for r in run_pipeline(cfg, p, runs, mb_size=mb_size, timeout=timeout):
+        name = r.schedule
+        b = r.bubbles()
+        s = sorted(range(r.steps), key=lambda k: b[k])[r.steps // 2]
+        ev = r.timeline.of(step=s)
+        mean = {k: sum(e.duration for e in ev if e.kind == k) / max(1, sum(e.kind == k for e in ev)) for k in "FBW"}
+        if times is not None:
+            tf, tb, tw = times
+        else:
+            v = 2 if schedule(name, p, m).placement == "v" else 1
+            tf, tb, tw = v * mean["F"], v * mean["B"], v * mean["W"]
+        split = name not in ("gpipe", "1f1b", "interleaved")
+        sim = simulate(schedule(name, p, m), t_forward=tf, t_backward=tb + tw,
+                       w_share=tw / (tb + tw) if split else 0.5)
+        out.append({"schedule": name, "p": p, "m": m, "paced": times is not None, "times": (tf, tb, tw),
+                    "measured": b[s], "simulated": sim.bubble_fraction(), "replayed": r.replay(s).bubble_fraction(),
+                    "paper": paper_bubble(name, p, m, tf, tb, tw) if name != "dualpipev"
+                    else paper_bubble(name, p, m, tf / 2, tb / 2, tw / 2),
+                    "in_flight": r.in_flight, "promised": [peak_in_flight(name, p, m, q) for q in range(p)],
+                    "timeline": r.step_timeline(s)})
+    return out
+
+
+def overlap_runs(names: Sequence[str], p: int, m: int, times: Sequence[float], link: float,
+                 cfg: GPTConfig = ZB, mb_size: int = 8, steps: int = 3, lookahead: int = 2,
+                 timeout: float = 240.0) -> list[dict]:
+    """Schedules on ``p`` real ranks with paced compute and an emulated slow link (every
+    message handed over ``link`` s after it was sent; ``execute_step``): per schedule, the
+    share of the messages' flight hidden under compute (1 − Σ exposed / Σ flight) over the
+    median step, its bubble and step time, the simulator's bubble with ``t_comm = link``, and a
+    two-rows-per-rank timeline (compute; messages in flight to that rank, their exposed part)."""
+    runs = [{"schedule": n, "m": m, "steps": steps, "warmup": 1, "link": link, "lookahead": lookahead,
+             "pace": _pace(n, p, m, times), "sizes": v_sizes(cfg, p * (2 if schedule(n, p, m).placement == "v" else 1))}
+            for n in names]
+    out = []
+    tf, tb, tw = times
+    for r in run_pipeline(cfg, p, runs, mb_size=mb_size, timeout=timeout):
+        b = r.bubbles()
+        s = sorted(range(r.steps), key=lambda k: b[k])[r.steps // 2]
+        tl = r.step_timeline(s)
+        flight = sum(e.duration for e in tl.events if e.kind == "link")
+        exposed = sum(e.duration for e in tl.events if e.kind == "exposed")
+        split = r.schedule not in ("gpipe", "1f1b", "interleaved")
+        sim = simulate(schedule(r.schedule, p, m), t_forward=tf, t_backward=tb + tw, t_comm=link,
+                       w_share=tw / (tb + tw) if split else 0.5)
+        rows = Timeline(2 * p, [replace(e, rank=2 * e.rank + (e.kind in ("link", "exposed")))
+                                for e in tl.events])
+        out.append({"schedule": r.schedule, "hidden": 1.0 - exposed / flight, "messages": sum(
+            e.kind == "link" for e in tl.events), "bubble": b[s], "simulated": sim.bubble_fraction(),
+            "step_s": tl.makespan(), "simulated_s": sim.makespan(), "timeline": tl, "rows": rows})
+    return out
