@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import claims
 
-__all__ = ["QUOTES", "REFERENCES_ZH", "SEED_FILES", "TRUE_ZH", "normalise", "quote_md", "render_zh", "twin_pointer"]
+__all__ = ["QUOTES", "REFERENCES_ZH", "SEED_FILES", "TRUE_ZH", "in_toc", "normalise", "quote_md", "render_zh", "twin_pointer"]
 
 # The note each Claim.note refers to: 1 the lecture notes, 2 the tutorial chapter.
 SEED_FILES = {1: "000_c85e1e7010ae2b4a.txt", 2: "004_d554ccd813c207df.txt"}
@@ -139,14 +139,15 @@ def render_zh(number: int) -> str:
 def twin_pointer(pointer: str, root: Path) -> str | None:
     """The Chinese twin of an evidence pointer: ``book/NN.md#sec-x`` -> ``book/zh/NN.md#zh-sec-x``;
     ``notebooks/NN_lab.ipynb#id`` -> ``notebooks/zh/NN_lab.ipynb#id'`` where the twin notebook
-    exists (the cell with the same id, else the same code). None where there is no twin yet."""
+    exists and the book builds it (the cell with the same id, else the same code). None where there
+    is no twin yet."""
     path, _, anchor = pointer.partition("#")
     p = Path(path)
     if p.suffix == ".md":
         twin = f"{p.parent}/zh/{p.name}#zh-{anchor}"
         return twin if claims.resolve_evidence(twin, root) else None
     twin_path = p.parent / "zh" / p.name
-    if not (root / twin_path).is_file() or not (root / p).is_file():
+    if not (root / twin_path).is_file() or not (root / p).is_file() or not in_toc(twin_path, root):
         return None
     if claims.resolve_evidence(f"{twin_path}#{anchor}", root):
         return f"{twin_path}#{anchor}"
@@ -156,6 +157,14 @@ def twin_pointer(pointer: str, root: Path) -> str | None:
         if source is not None and cell.get("cell_type") == "code" and "".join(cell["source"]) == source:
             return f"{twin_path}#{cell['id']}"
     return None
+
+
+def in_toc(path: Path, root: Path) -> bool:
+    """Whether the book builds ``path`` (book/_config.yml builds only the files book/_toc.yml lists):
+    a link to a notebook twin that is not built would be a dangling reference."""
+    toc = root / "book" / "_toc.yml"
+    entry = str(path.with_suffix("")).replace("\\", "/")
+    return toc.is_file() and re.search(rf"^\s*-?\s*file:\s*{re.escape(entry)}\s*$", toc.read_text(encoding="utf-8"), re.M) is not None
 
 
 def normalise(text: str) -> str:
