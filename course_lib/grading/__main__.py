@@ -11,7 +11,9 @@
 flat notebooks (``CLASS/alice-01_flops.ipynb``); it says which entries it skipped and why, grades
 ``--jobs`` notebooks at once (default: one per core) and writes ``gradebook.csv`` (one row per
 student) beside ``grades.json``, ``summary.md`` and ``junit.xml``. ``--lang zh`` writes the
-feedback messages in Chinese (the same scores and recognised mistakes as in English).
+feedback messages in Chinese (the same scores and recognised mistakes as in English); without
+``--lang`` each notebook gets its own language (a Chinese twin, ``zh/NAME.ipynb`` or metadata
+``course.lang = "zh"``, is graded against the same bank with Chinese feedback).
 
 Exit status of ``grade``: 0 all notebooks pass, 1 one is below the pass mark, 2 usage error, 3 the
 grader or its sandbox failed (never a student's 0: such a submission is marked as a grader error).
@@ -51,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder of master notebooks: flag submissions whose solution cells copy them")
     r.add_argument("--jobs", "-j", type=int, default=0,
                    help="notebooks graded at once (default: one per core of this machine)")
-    r.add_argument("--lang", choices=LANGS, default="en",
-                   help="language of the feedback messages: en (default) or zh (Chinese); scores do not change")
+    r.add_argument("--lang", choices=LANGS, default=None,
+                   help="language of the feedback messages: en or zh (Chinese); default: each notebook's own "
+                   "(zh for a Chinese twin: metadata course.lang, or a zh/ folder), else en; scores do not change")
     c = sub.add_parser("check", help="students: run exercise notebooks in practice mode and print each question's state")
     c.add_argument("paths", type=Path, nargs="*", default=[Path("exercises")], help="notebooks or folders (default exercises)")
     c.add_argument("--timeout-cell", type=float, default=120.0, help="seconds per cell (default 120)")
     c.add_argument("--lang", choices=LANGS, default=None,
-                   help="language of the checks' feedback: en or zh (default: COURSE_LANG, else en)")
+                   help="language of the checks' feedback: en or zh (default: COURSE_LANG, else each "
+                   "notebook's own: zh for a Chinese twin)")
     h = sub.add_parser("handout", help="the students' course: no solutions/, tests/ or instructor docs; "
                        "README, grading notes, Makefile and book TOC written for students")
     h.add_argument("dest", type=Path, help="new folder to write")
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         from course_lib.grading.i18n import LANG_ENV, check_lang
 
         try:
-            lang = check_lang(a.lang or os.environ.get(LANG_ENV) or "en")
+            lang = a.lang or os.environ.get(LANG_ENV) or None
+            lang = check_lang(lang) if lang else None
         except ValueError as e:
             p.error(f"{LANG_ENV}: {e}")
         return selfcheck.main(a.paths, a.timeout_cell, lang)

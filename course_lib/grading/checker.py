@@ -21,7 +21,7 @@ from typing import Any
 
 from course_lib.grading import remote
 from course_lib.grading.echo import show_answer, with_unit
-from course_lib.grading.i18n import LANG_ENV, check_lang, msg, render
+from course_lib.grading.i18n import LANG_ENV, check_lang, msg, render, session_lang
 from course_lib.grading.question import Question, Result
 from course_lib.grading.values import fmt_num, fmt_points, to_plain
 _CHAPTER = re.compile(r"^[A-Za-z0-9_]+$")
@@ -105,13 +105,14 @@ class Checker:
     trying out a bank outside ``course_lib.checks``); a graded run ignores it.
 
     ``lang`` is the language of everything it prints: ``"en"`` or ``"zh"``; by default the
-    environment's ``COURSE_LANG`` when the checker is made, else English. ``check.lang = "zh"``
-    switches an existing checker. It changes words only: scores and recognised mistakes are the
-    same in both."""
+    environment's ``COURSE_LANG`` when the checker is made, else the language of the notebook it
+    runs in (a Chinese twin speaks Chinese: ``i18n.session_lang``), else English.
+    ``check.lang = "zh"`` switches an existing checker. It changes words only: scores and
+    recognised mistakes are the same in both."""
 
     def __init__(self, chapter_id: str, *, bank: str | None = None, lang: str | None = None):
         self.chapter_id = chapter_id
-        self.lang = lang if lang is not None else (os.environ.get(LANG_ENV) or "en")
+        self.lang = lang if lang is not None else (os.environ.get(LANG_ENV) or session_lang() or "en")
         self._recorder = remote.recorder()
         self.questions: dict[str, Question] = (
             {} if self._recorder else {q.qid: q for q in load_bank(chapter_id, bank)})

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import string
 from collections.abc import Mapping
 from pathlib import Path
@@ -40,6 +41,44 @@ DEFAULT_LANG = "en"
 LANG_ENV = "COURSE_LANG"   # the in-notebook checker's language when none is given
 FRAMEWORK_TABLE = Path(__file__).with_name("zh.json")
 BANK_TABLES = Path(__file__).resolve().parents[1] / "checks" / "zh"
+
+
+SESSION_ENV = "JPY_SESSION_NAME"   # Jupyter names the notebook a kernel runs for in its environment
+TWIN_FOLDER = "zh"                 # a Chinese twin lives in a zh/ folder beside its English notebook
+
+
+def notebook_lang(nb: Any = None, path: str | Path | None = None) -> str | None:
+    """The language a notebook says it is written in: its metadata ``course.lang`` (the Chinese
+    twins say "zh"), else "zh" for a notebook in a ``zh`` folder; None when neither says."""
+    meta = nb.get("metadata") if isinstance(nb, dict) else None
+    course = meta.get("course") if isinstance(meta, dict) else None
+    lang = course.get("lang") if isinstance(course, dict) else None
+    if lang in LANGS:
+        return lang
+    return "zh" if path is not None and Path(path).parent.name == TWIN_FOLDER else None
+
+
+def session_lang() -> str | None:
+    """The language of the notebook this kernel runs, in practice mode: Jupyter passes its path as
+    ``JPY_SESSION_NAME`` (IPython also calls it ``__session__``; VS Code ``__vsc_ipynb_file__``);
+    the notebook's own metadata, else its folder, tells (:func:`notebook_lang`). None elsewhere."""
+    path = os.environ.get(SESSION_ENV)
+    if not path:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return None
+        shell = get_ipython()
+        ns = shell.user_ns if shell is not None else {}
+        path = ns.get("__session__") or ns.get("__vsc_ipynb_file__")
+    if not isinstance(path, str) or not path.endswith(".ipynb"):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        nb = None
+    return notebook_lang(nb, path)
 
 
 def check_lang(lang: Any) -> str:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from course_lib.grading import remote, sandbox
@@ -37,7 +38,7 @@ from course_lib.grading.checker import available_chapters, load_bank
 from course_lib.grading.classroom import Submission, default_jobs, discover, few, grade_all, short_id
 from course_lib.grading.copies import copy_note
 from course_lib.grading.grades import NotebookGrade, Row
-from course_lib.grading.i18n import LANG_ENV, msg, render
+from course_lib.grading.i18n import LANG_ENV, msg, notebook_lang, render
 from course_lib.grading.question import Question
 from course_lib.grading.reports import skipped_listing, write_reports
 from course_lib.grading.sandbox import INSIDE, STARTUP_LIMIT, Sandbox
@@ -85,7 +86,7 @@ def run_submission(path: Path, outdir: Path, questions: list[Question], opts: Op
                 "--timeout-cell", str(opts.timeout_cell),
                 "--harness-timeout", str(opts.timeout_cell + opts.timeout_notebook), *sandbox.limit_args()]
         env = {remote.MODE_ENV: "graded", remote.ANSWERS_ENV: str(INSIDE / "out" / "answers.jsonl"),
-               remote.SOCKET_ENV: str(INSIDE / "out" / "grader.sock"), LANG_ENV: opts.lang}
+               remote.SOCKET_ENV: str(INSIDE / "out" / "grader.sock"), LANG_ENV: opts.lang or "en"}
         box = Sandbox(root, argv, env, listen=True)
         started, kernel_at, finished, graded_fns = time.monotonic(), None, True, False
         try:
@@ -186,6 +187,8 @@ def grade_notebook(path: Path, outdir: Path, opts: Options, name: str | None = N
 
 
 def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> NotebookGrade:
+    auto = opts.lang is None   # each notebook's own language: a Chinese twin gets Chinese feedback
+    opts = replace(opts, lang=opts.lang or notebook_lang(path=path) or "en")
     chapter = opts.chapter or chapter_for(path.name)
     if chapter is None:
         return _fail(name, "?", render(msg("error: cannot tell the assignment from the file name: name it "
@@ -204,6 +207,8 @@ def _grade_notebook(path: Path, outdir: Path, opts: Options, name: str) -> Noteb
                                                error="its JSON is nested too deeply"), opts.lang))
     except (OSError, ValueError) as e:
         return _fail(name, chapter, render(msg("error: not a readable notebook: {error}", error=str(e)), opts.lang))
+    if auto:
+        opts = replace(opts, lang=notebook_lang(nb, path) or "en")
     try:
         questions = load_bank(chapter, opts.bank)
     except Exception as e:  # noqa: BLE001 - a broken bank costs this notebook, not the run
@@ -235,7 +240,7 @@ def collision_grade(s: Submission, opts: Options) -> NotebookGrade:
     g = _fail(s.name, chapter, render(msg("error: {count} notebooks for {chapter} ({names}) and none named like the "
                                           "chapter: none is graded, since which one counts cannot be told; keep one "
                                           "and grade again", count=len(s.collision), chapter=chapter, names=names),
-                                      opts.lang))
+                                      opts.lang or "en"))
     g.student = s.student
     g.notes.append(printable(f"{len(s.collision)} notebooks of {s.student}'s for {chapter} collide ({names}): "
                              "none was graded; decide which one counts and grade it"))
@@ -303,7 +308,7 @@ def grade_dir(directory: Path, outdir: Path, *, pass_mark: float = 60, opts: Opt
     grades = grade_all(subs, one, jobs)
     try:
         rc = write_reports(grades, outdir, pass_mark, skipped=skipped, seed=opts.seed, feedback=opts.feedback,
-                           jobs=jobs, lang=opts.lang)
+                           jobs=jobs, lang=opts.lang or "en")
     except Exception as e:  # noqa: BLE001 - the grader's failure, never a failing class (exit 1)
         print(f"error: the grader could not write its reports to {printable(outdir, None)}: "
               f"{type(e).__name__}: {printable(e, None)}", file=sys.stderr)

@@ -22,7 +22,8 @@ from course_lib.grading.values import fmt_points, printable
 class Options:
     """How a run grades: time limits (s), feedback mode, the seed of the drawn inputs, the
     assignment when given on the command line, and the language of the feedback ("en", "zh":
-    the messages only; scores do not depend on it)."""
+    the messages only; scores do not depend on it; None: each notebook's own, as
+    ``i18n.notebook_lang`` reads it, else English)."""
 
     timeout_cell: float = 60.0
     timeout_notebook: float = 300.0
@@ -31,10 +32,11 @@ class Options:
     chapter: str | None = None
     bank: str | None = None
     jobs: int = 0   # notebooks graded at once; 0: one per core
-    lang: str = "en"
+    lang: str | None = None
 
     def __post_init__(self) -> None:
-        check_lang(self.lang)
+        if self.lang is not None:
+            check_lang(self.lang)
 
 
 # --------------------------------------------------------------------------- reading a notebook
@@ -92,16 +94,17 @@ class Answers:
 
 
 def score_answer(q: Question, data: object, channel: remote.Channel | None, opts: Options) -> Row:
+    lang = opts.lang or "en"
     try:
         answer = wire.decode(data, channel.function if channel else None)
     except (wire.WireError, RecursionError, MemoryError) as e:
         return Row(q.qid, q.points, 0.0, one_line(render(msg("error: the recorded answer is malformed ({error})",
-                                                                error=str(e)), opts.lang)))
+                                                                error=str(e)), lang)))
     except Exception as e:  # noqa: BLE001 - an answer numpy/torch cannot build costs this question only
         return Row(q.qid, q.points, 0.0, one_line(render(msg("error: the recorded answer cannot be read ({error})",
-                                                                error=type(e).__name__), opts.lang)))
-    r = q.grade(answer, feedback=opts.feedback, seed=opts.seed, lang=opts.lang)
-    text = render(msg("correct"), opts.lang) if r.correct else one_line(r.message, 300)
+                                                                error=type(e).__name__), lang)))
+    r = q.grade(answer, feedback=opts.feedback, seed=opts.seed, lang=lang)
+    text = render(msg("correct"), lang) if r.correct else one_line(r.message, 300)
     return Row(q.qid, q.points, r.score, text)
 
 # --------------------------------------------------------------------------- reasons and rows
@@ -126,7 +129,7 @@ def _cell_states(events: list[dict]) -> tuple[dict[int, dict], str | None, int |
 def reason(nb: dict, q: Question, answered: bool, events: list[dict], finished: bool,
             opts: Options) -> str:
     """Why question ``q`` has no score (in ``opts.lang``)."""
-    return one_line(render(_why(nb, q, answered, events, finished, opts), opts.lang), 300)
+    return one_line(render(_why(nb, q, answered, events, finished, opts), opts.lang or "en"), 300)
 
 
 def _why(nb: dict, q: Question, answered: bool, events: list[dict], finished: bool, opts: Options) -> str:

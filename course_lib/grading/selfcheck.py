@@ -8,7 +8,9 @@ the practice feedback of its cell), · not checked (its cell raised, e.g. the st
 ``NotImplementedError``, or never ran). A cell that raises does not stop the run, as in grading.
 The notebooks on disk are not changed. Exit status 0 when every question of every notebook is
 fully correct, 1 otherwise, 2 for a usage error (no notebook found). ``--lang zh``: the checks and
-this report speak Chinese (the kernels get ``COURSE_LANG``, which every ``Checker`` reads).
+this report speak Chinese (the kernels get ``COURSE_LANG``, which every ``Checker`` reads); without
+it (and without ``COURSE_LANG``) each notebook is checked in its own language (a Chinese twin in
+Chinese: ``i18n.notebook_lang``).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from course_lib.grading.i18n import LANG_ENV, msg, render
+from course_lib.grading.i18n import LANG_ENV, msg, notebook_lang, render
 
 _MARK = "__course_selfcheck__ "
 # Appended as the notebook's last cell: every Checker the notebook made prints its summary, and one
@@ -65,9 +67,9 @@ def wrong_lines(output: str) -> list[str]:
     return wrong
 
 
-def check_notebook(path: Path, timeout_cell: float = 120.0, lang: str = "en") -> tuple[bool, str]:
+def check_notebook(path: Path, timeout_cell: float = 120.0, lang: str | None = "en") -> tuple[bool, str]:
     """Run ``path`` (a copy in memory) in practice mode; (every question correct, the report in
-    ``lang``)."""
+    ``lang``; None: the notebook's own language)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -75,6 +77,7 @@ def check_notebook(path: Path, timeout_cell: float = 120.0, lang: str = "en") ->
     from course_lib.grading import remote
 
     nb = nbformat.read(path, as_version=4)
+    lang = lang or notebook_lang(nb, path) or "en"
     nb.cells.append(nbformat.v4.new_code_cell(_SUMMARY_CELL))
     env = {k: v for k, v in os.environ.items() if k != remote.MODE_ENV}   # practice, never graded
     env[LANG_ENV] = lang
@@ -105,7 +108,7 @@ def check_notebook(path: Path, timeout_cell: float = 120.0, lang: str = "en") ->
     return ok, "\n".join(lines)
 
 
-def main(paths: list[Path], timeout_cell: float = 120.0, lang: str = "en") -> int:
+def main(paths: list[Path], timeout_cell: float = 120.0, lang: str | None = "en") -> int:
     found = notebooks(paths)
     if not found:
         print(f"error: no notebooks (*.ipynb) in {' '.join(map(str, paths))}", file=sys.stderr)
@@ -115,5 +118,7 @@ def main(paths: list[Path], timeout_cell: float = 120.0, lang: str = "en") -> in
         ok, report = check_notebook(path, timeout_cell, lang)
         n_ok += ok
         print(report, flush=True)
-    print("\n" + render(msg("{n_ok} of {n} notebook(s) fully correct", n_ok=n_ok, n=len(found)), lang))
+    langs = {lang or notebook_lang(path=p) or "en" for p in found}   # the last line: theirs when all agree
+    print("\n" + render(msg("{n_ok} of {n} notebook(s) fully correct", n_ok=n_ok, n=len(found)),
+                        langs.pop() if len(langs) == 1 else "en"))
     return 0 if n_ok == len(found) else 1
