@@ -17,13 +17,9 @@ __all__ = ["pareto_fit", "pareto_steps", "steps_to_target"]
 
 
 def _series(name: str, values) -> list[float]:
-    try:
-        out = [float(v) for v in values]
-    except TypeError:
-        raise ValueError(f"{name} must be a list of numbers, got {values!r}") from None
-    for i, v in enumerate(out):
-        positive(f"{name}[{i}]", v)
-    return out
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name} must be a list of numbers, got {values!r}")
+    return [positive(f"{name}[{i}]", v) for i, v in enumerate(values)]
 
 
 def pareto_fit(batch_sizes: list[float], steps: list[float]) -> tuple[float, float, float]:

@@ -74,7 +74,7 @@ def train_curve(batch: int | list[int], lr: float, steps: int, width: int = WIDT
     return out
 
 
-def noise_run(batch: int = 16, lr: float = 4e-3, steps: int = 900, probe_every: int = 150,
+def noise_run(batch: int = 16, lr: float = 4e-3, steps: int = 1500, probe_every: int = 150,
               batch_small: int = 4, batch_big: int = 64, draws: int = 32, seed: int = 0) -> dict:
     """B_simple (in sequences) measured every ``probe_every`` steps of one training run, from
     ``draws`` paired squared norms at ``batch_small`` and ``batch_big``, with its standard error."""
@@ -136,6 +136,31 @@ def critical_summary(sweep: dict, targets) -> list[dict]:
     return out
 
 
+def critical_law(summary: list[dict], seq_len: int = SEQ) -> dict:
+    """B_crit(L) = B_* / L^(1/α_B) (Kaplan et al.'s form, in tokens) fitted in log space to the
+    summary's rows: the tiny GPT's own law, with the loss range it was fitted on."""
+    rows = [r for r in summary if "b_crit" in r]
+    if len(rows) < 2:
+        raise ValueError(f"summary has {len(rows)} fitted targets; the law needs at least two")
+    xs = [math.log(r["target"]) for r in rows]
+    ys = [math.log(r["b_crit"] * seq_len) for r in rows]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return {"b_star": math.exp(my - slope * mx), "alpha_b": -1 / slope,
+            "loss_min": min(r["target"] for r in rows), "loss_max": max(r["target"] for r in rows)}
+
+
+TARGETS = (3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4)
+
+
+def finish_critical(result: dict, targets=TARGETS) -> dict:
+    """Add the per-target summary and the fitted law to a stored critical sweep."""
+    result["summary"] = critical_summary(result, targets)
+    result["law"] = {**critical_law(result["summary"], result["seq_len"]), "n_params": result["n_params"],
+                     "command": result["command"]}
+    return result
+
+
 def ramp_run(budget_examples: int = 8192, big: int = 64, start: int = 8, lr: float = 8e-3,
              seeds=(0, 1), width: int = WIDTH) -> dict:
     """A doubling ramp from ``start`` to ``big`` sequences (each size for an equal share of the
@@ -180,12 +205,19 @@ def mup_sweep(widths=(16, 32, 64, 128), lrs=tuple(2.0 ** k for k in range(-12, -
 def _main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m course_lib.batch.runs", description=__doc__.splitlines()[0])
     ap.add_argument("which", choices=("noise", "critical", "ramp", "mup"))
+    ap.add_argument("--width", type=int, default=WIDTH, help="critical only: the model's width (another "
+                    "width is stored as batch_critical_w<width>.json, with a smaller grid)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     fn = {"noise": noise_run, "critical": critical_sweep, "ramp": ramp_run, "mup": mup_sweep}[args.which]
-    result = {"command": f"python -m course_lib.batch.runs {args.which}", "torch": torch.__version__,
-              "corpus": corpus.load().describe(), **fn()}
-    path = DATA / f"batch_{args.which}.json"
+    kw, name = {}, args.which
+    if args.which == "critical" and args.width != WIDTH:
+        kw, name = dict(width=args.width, batches=(4, 16, 64, 256), lrs=(2e-3, 4e-3, 8e-3)), f"critical_w{args.width}"
+    command = f"python -m course_lib.batch.runs {args.which}" + (f" --width {args.width}" if kw else "")
+    result = {"command": command, "torch": torch.__version__, "corpus": corpus.load().describe(), **fn(**kw)}
+    if args.which == "critical":
+        finish_critical(result)
+    path = DATA / f"batch_{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(path)
