@@ -10,7 +10,8 @@ A student course, not the instructor's with words swapped:
   counts) and a ``Makefile`` with ``book``, ``lab`` and ``check`` (the in-notebook feedback on their
   exercises, :mod:`course_lib.grading.selfcheck`) and no target that needs what was left out;
 * rebuilt for students: the book's table of contents has an "Exercises" part of the student
-  notebooks where the instructor's has the solutions; ``_config.yml`` stops excluding
+  notebooks where the instructor's has the solutions (the Chinese section's solution twins become
+  the exercise twins, ``exercises/zh/``); ``_config.yml`` stops excluding
   ``exercises/``; the home page's tables lose the instructor's rows and point at the exercises;
   links from pages and labs to a master point at its exercise.
 
@@ -31,7 +32,7 @@ import yaml
 EXCLUDED = ("solutions/", "tests/", ".ci/", "docs/", "CONTRIBUTING.md")
 TEMPLATES = Path(__file__).with_name("handout_files")
 WRITTEN = {"README.md": "README.md", "docs/GRADING.md": "GRADING.md", "Makefile": "Makefile"}
-_LINK = re.compile(r"(?<![\w/.])(\.\./)?solutions/")
+_LINK = re.compile(r"(?<![\w/.])((?:\.\./)*)solutions/")   # ../solutions/X, ../../solutions/zh/X (a twin)
 _RELINK = (".md", ".ipynb")
 _TOC_HEADER = """\
 # Table of contents of the students' course (written by `python -m course_lib.grading handout`).
@@ -80,15 +81,22 @@ def handout(repo: Path, dest: Path) -> list[str]:
 
 def student_toc(text: str) -> str:
     """The instructor's TOC with every solutions page replaced, where it stands (each chapter's
-    part: page, lab, exercises), by the student notebook of the same chapter."""
+    part: page, lab, exercises; a Chinese twin among the Chinese section's entries), by the
+    student notebook of the same chapter."""
     toc = yaml.safe_load(text)
     found = 0
-    for part in toc.get("parts", []):
-        for entry in part.get("chapters", []):
+
+    def swap(entries: list) -> None:
+        nonlocal found
+        for entry in entries:
             name = str(entry.get("file", ""))
             if name.startswith("solutions/"):
                 entry["file"] = "exercises/" + name.split("/", 1)[1]
                 found += 1
+            swap(entry.get("sections", []))
+
+    for part in toc.get("parts", []):
+        swap(part.get("chapters", []))
     if not found:
         raise HandoutError("book/_toc.yml: no solutions/ page to turn into its exercises notebook")
     if "solutions/" in yaml.safe_dump(toc):
@@ -133,7 +141,7 @@ _INDEX_RULES_ZH = (
      "对每道题的反馈（评分器统计什么，见 `docs/GRADING.md`） |", 1),
     (r"带参考答案的计分练习，以及这些练习的学生版", "计分练习", 1),
     (r"\| 练习（参考答案） \| 学生 notebook \|", "| 练习 | 下载 notebook |", 1),
-    (r"\[答案\]\(\.\./\.\./solutions/(\w+)\.ipynb\)", r"[练习](../../exercises/\1.ipynb)", None),
+    (r"\[答案\]\(\.\./\.\./solutions/((?:zh/)?\w+)\.ipynb\)", r"[练习](../../exercises/\1.ipynb)", None),
 )
 
 
