@@ -80,11 +80,27 @@ def test_large_steps_extrapolate_the_steady_state_exactly(monkeypatch):
 
 
 def test_the_search_takes_a_schedule_and_refuses_bad_ones():
-    shape = dict(n_params=70e9, n_layers=80, d_model=8192, n_heads=64, kv_heads=8, seq_len=8192,
-                 global_batch_tokens=4 * 2 ** 20, n_gpus=256)
+    shape = dict(n_params=8e9, n_layers=32, d_model=4096, n_heads=32, kv_heads=8, seq_len=8192,
+                 global_batch_tokens=2 ** 20, n_gpus=32)
     plans = L.plan_layouts(**shape, schedule="zb-h1")
     assert plans and all(x.v == 1 and x.schedule == "zb-h1" for x in plans)
     with pytest.raises(ValueError, match="schedule"):
         L.layout(**shape, schedule="gpipe")
     with pytest.raises(ValueError, match="fbw"):
         L.layout(**shape, fbw=(1, 0, 1))
+
+
+def test_the_command_line_takes_a_schedule_and_a_ratio(capsys):
+    """``python -m course_lib layout/plan --schedule zb-h1 --fbw 1:1.5:0.5``: the ratio arrives as text
+    ("1:1.5:0.5" or the default's "(1.0, 1.0, 1.0)") and is read as three numbers; a bad one exits 2."""
+    from course_lib.__main__ import main
+    assert bubble._check_fbw("1:1.5:0.5") == (1.0, 1.5, 0.5) == bubble._check_fbw("(1.0, 1.5, 0.5)")
+    args = ["layout", "--n-params", "8e9", "--n-layers", "32", "--d-model", "4096", "--n-heads", "32",
+            "--seq-len", "8192", "--global-batch-tokens", "1e6", "--n-gpus", "32"]
+    assert main(args + ["--schedule", "zb-h1", "--fbw", "1:1.5:0.5"]) == 0
+    assert main(["plan", "--n-params", "8B", "--n-tokens", "1T", "--n-gpus", "32", "--global-batch-tokens", "1M",
+                 "--schedule", "zb-h1"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(args + ["--fbw", "1:0:1"])
+    assert exc.value.code == 2 and "fbw" in capsys.readouterr().err

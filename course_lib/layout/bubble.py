@@ -50,6 +50,9 @@ _SIMULATED = {"dualpipe": "dualpipev"}           # DualPipe's bubble: DualPipeV'
 
 
 def _check_fbw(fbw) -> tuple[float, float, float]:
+    """``fbw`` as three positive floats; a string "1:1.5:0.5" or "(1, 1.5, 0.5)" (the command line's) too."""
+    if isinstance(fbw, str):
+        fbw = [x for x in fbw.strip("()[] ").replace(":", ",").replace(" ", ",").split(",") if x]
     try:
         f, b, w = (float(x) for x in fbw)
     except (TypeError, ValueError):
