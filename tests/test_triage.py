@@ -23,7 +23,7 @@ def hangs(tmp_path_factory):
     out = {}
     for case in ("skip", "other", "compute", "size"):
         folder = tmp_path_factory.mktemp(case)
-        out[case] = (folder, hang_case(folder, case, world_size=4, faulty=2))
+        out[case] = (folder, hang_case(folder, case, world_size=4, faulty=2, collective_timeout=1.5, dump_after_s=0.3))
     return out
 
 
@@ -52,6 +52,20 @@ def test_a_dump_missing_for_a_dead_rank_is_named(hangs, tmp_path):
     v = analyze(tmp_path, 4)
     assert (v.rank, v.kind, v.missing) == (2, "no dump", [2])
     assert "rank 2 left no dump" in v.message and "'step 2 grads'" in v.message
+
+
+def test_an_unchecked_size_mismatch_kills_an_innocent_rank_and_the_survivors_dumps_name_the_culprit(tmp_path):
+    """On gloo a size mismatch is no hang: a rank that receives more than it expects aborts at once
+    (SIGABRT), before it can dump, and the launcher names that rank. The survivors dump when their
+    connection breaks, and their records at the collective name rank 2's other size; the dead rank is
+    named as having left no dump."""
+    res = hang_case(tmp_path, "size", world_size=4, faulty=2, check=False)
+    assert res["error"][0] == "RankError" and "killed by SIGABRT" in res["error"][1]
+    dead = int(res["error"][1].split()[1])
+    v = res["verdict"]
+    assert dead != 2 and v.missing == [dead]
+    assert (v.rank, v.kind, v.seq) == (2, "mismatched size", 4)
+    assert f"rank(s) {dead} left no dump" in v.message
 
 
 def test_unreadable_dumps_give_clear_errors(tmp_path):
@@ -137,11 +151,11 @@ def test_a_killed_rank_is_restored_from_its_peers_memory_bit_identical(tmp_path,
     assert all(row["memory_s"] > 0 and row["disk_s"] > 0 and row["disk_step"] == 2 for row in r["rows"])
 
 
-@pytest.mark.parametrize("how,why", [("peer_dead", "the copy held by its peer rank 2 is gone"),
-                                     ("corrupt_peer", "the copy held by its peer rank 2 is corrupt: its SHA-256")])
+@pytest.mark.parametrize("how,why", [("peer_dead", "the copy held by its peer rank 0 is gone"),
+                                     ("corrupt_peer", "the copy held by its peer rank 0 is corrupt: its SHA-256")])
 def test_no_good_copy_in_memory_falls_back_to_disk_by_name(tmp_path, shm, how, why):
     from course_lib.triage.memory_runs import kill_and_restore
-    r = kill_and_restore(tmp_path, shm, world_size=4, victim=1, steps=4, disk_step=2, elements=1 << 12, **{how: True})
+    r = kill_and_restore(tmp_path, shm, world_size=2, victim=1, steps=3, disk_step=2, elements=1 << 12, **{how: True})
     for row in r["rows"]:
         assert row["source"] == "disk" and row["step"] == 2 and row["bit_identical"]
         assert "fell back to the disk checkpoint (step 2)" in row["message"] and "rank 1's shard" in row["message"]
@@ -160,3 +174,52 @@ def test_triage_goodput_is_chapter_12s_with_the_restart_split():
         args = dict(mtbf_seconds=m, save_seconds=2.0, diagnose_seconds=1.0, restart_seconds=1.0) | {bad: -1.0}
         with pytest.raises(ValueError, match=bad):
             triage_goodput(**args)
+
+
+def test_detection_rate_needed():
+    from course_lib.triage.goodput import detection_rate_needed
+    lam = 1e-6 * 16384 * 1296
+    assert detection_rate_needed(1e-6, 16384, 1296, 0.1) == pytest.approx(1 - 0.1 / lam)
+    assert detection_rate_needed(1e-9, 8, 10, 1.0) == 0.0           # fewer expected than allowed
+    with pytest.raises(ValueError, match="n_gpus"):
+        detection_rate_needed(1e-6, 0, 10, 0.1)
+    with pytest.raises(ValueError, match="flips_per_gpu_hour"):
+        detection_rate_needed(-1e-6, 8, 10, 0.1)
+
+
+def test_the_stored_dumps_name_rank_1_skipping_step_3():
+    """data/triage_dumps.json (a real run, read by the exercises) says what its command says it holds."""
+    from course_lib.triage import analyze_dumps
+    stored = json.loads((ROOT / "data" / "triage_dumps.json").read_text())
+    v = analyze_dumps(stored["dumps"], stored["missing"])
+    assert (v.rank, v.kind, v.seq, v.collective) == (1, "skipped", 6, "all_reduce 'step 3 grads'")
+    with pytest.raises(DumpError, match="no flight-recorder dump given"):
+        analyze_dumps({})
+
+
+def test_a_later_dump_replaces_one_taken_while_a_span_was_only_slow(tmp_path):
+    """A span slower than dump_after_s dumps, then completes; the hang after it must not be hidden
+    behind that first dump."""
+    import time
+
+    from course_lib.triage import FlightRecorder
+    path = dump_path(tmp_path, 0)
+
+    def dumped_in(name: str) -> bool:     # waits on the condition, not on a clock
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            if path.exists() and (json.loads(path.read_text()).get("current") or {}).get("name") == name:
+                return True
+            time.sleep(0.01)
+        return False
+
+    rec = FlightRecorder(tmp_path, 0, dump_after_s=0.05, poll_s=0.01)
+    try:
+        with rec.compute("slow"):
+            assert dumped_in("slow")
+        with rec.compute("stuck"):
+            assert dumped_in("stuck")
+        d = json.loads(path.read_text())
+        assert [e["name"] for e in d["entries"]] == ["slow", "stuck"] and d["entries"][0]["state"] == "completed"
+    finally:
+        rec.close()

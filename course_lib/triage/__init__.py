@@ -15,7 +15,7 @@
 * drivers: ``hang_runs``, ``straggler_runs``, ``sdc_runs``, ``memory_runs`` (what the lab and
   tests run on real ranks).
 """
-from .analyze import DumpError, Verdict, analyze, read_dumps
+from .analyze import DumpError, Verdict, analyze, analyze_dumps, read_dumps
 from .recorder import CollectiveMismatch, FlightRecorder, dump_path
 
-__all__ = ["FlightRecorder", "CollectiveMismatch", "dump_path", "analyze", "read_dumps", "DumpError", "Verdict"]
+__all__ = ["FlightRecorder", "CollectiveMismatch", "dump_path", "analyze", "analyze_dumps", "read_dumps", "DumpError", "Verdict"]

@@ -26,11 +26,11 @@ CASES = ("skip", "other", "compute", "size", "none")
 
 
 def _hang_worker(ctx, folder: str, case: str, faulty: int, at_step: int, steps: int, dump_after_s: float,
-                 elements: int) -> dict:
+                 elements: int, check: bool) -> dict:
     import torch
 
     from course_lib.triage.recorder import FlightRecorder
-    rec = FlightRecorder(folder, ctx.rank, ctx.group, dump_after_s=dump_after_s, check=(case == "size"))
+    rec = FlightRecorder(folder, ctx.rank, ctx.group, dump_after_s=dump_after_s, check=check)
     torch.manual_seed(ctx.rank)
     w = torch.randn(elements, 16)
     try:
@@ -55,9 +55,10 @@ def _hang_worker(ctx, folder: str, case: str, faulty: int, at_step: int, steps: 
 
 def hang_case(folder: str | Path, case: str, *, world_size: int = 4, faulty: int = 2, at_step: int = 2,
               steps: int = 4, collective_timeout: float = 2.0, dump_after_s: float = 0.5,
-              elements: int = 64) -> dict:
+              elements: int = 64, check: bool | None = None) -> dict:
     """Run one injected case; return the launcher's error (its type and first line), the seconds
-    the run took, and the analyser's verdict on ``folder``."""
+    the run took, and the analyser's verdict on ``folder``. ``check`` turns the recorder's
+    fingerprint check on (default: for ``size`` only)."""
     from course_lib._validate import choice
     from course_lib.dist import launch
     from course_lib.triage.analyze import analyze
@@ -67,7 +68,7 @@ def hang_case(folder: str | Path, case: str, *, world_size: int = 4, faulty: int
     try:
         launch(_hang_worker, world_size, timeout=collective_timeout + 3.0, collective_timeout=collective_timeout,
                folder=str(folder), case=case, faulty=faulty, at_step=at_step, steps=steps,
-               dump_after_s=dump_after_s, elements=elements)
+               dump_after_s=dump_after_s, elements=elements, check=(case == "size") if check is None else bool(check))
     except Exception as e:   # the run is meant to fail: its error is part of the result
         error = (type(e).__name__, str(e).splitlines()[0])
     seconds = time.perf_counter() - t0

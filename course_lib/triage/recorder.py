@@ -8,7 +8,7 @@ tensor sizes and dtype, a caller's label (what PyTorch's recorder keeps as a sta
 
 A hung collective says nothing, so a daemon thread watches the entry in progress: once it has been in
 progress for ``dump_after_s`` (a collective its peers do not join, a compute span that does not end)
-the rank writes its ring to ``folder/rank_NNNNN.json`` atomically (temp file, fsync, rename), once.
+the rank writes its ring to ``folder/rank_NNNNN.json`` atomically (temp file, fsync, rename); a later dump replaces it.
 A collective that raises (gloo's timeout) dumps too. :mod:`course_lib.triage.analyze` reads the
 folder and names the rank that never entered the collective its peers wait in.
 
@@ -62,6 +62,7 @@ class FlightRecorder:
         self.seq = 0                 # the next collective's sequence number on this rank
         self.current: dict | None = None   # the entry in progress (a collective or compute span)
         self.dumped: Path | None = None
+        self._dumped_entry: dict | None = None   # the entry in progress at the watchdog's last dump
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, args=(poll_s,), daemon=True,
@@ -157,10 +158,9 @@ class FlightRecorder:
                 "next_seq": self.seq, "capacity": self.capacity, "current": current, "entries": entries}
 
     def dump(self, reason: str) -> Path:
-        """Write the ring to ``folder/rank_NNNNN.json`` atomically (once; later calls keep the
-        first dump, taken closest to the fault) and return its path."""
-        if self.dumped is not None:
-            return self.dumped
+        """Write the ring to ``folder/rank_NNNNN.json`` atomically and return its path. A later dump
+        replaces an earlier one: a collective that was only slow (and dumped) and then completed
+        must not hide the hang that comes after it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         path = dump_path(self.folder, self.rank)
         body = json.dumps(self.snapshot(reason), indent=1).encode()
@@ -172,11 +172,12 @@ class FlightRecorder:
     def _watch(self, poll_s: float) -> None:
         while not self._stop.wait(poll_s):
             cur = self.current
-            if cur is None or self.dumped is not None:
+            if cur is None or cur is self._dumped_entry:
                 continue
             since = time.time() - (cur.get("t_started") or cur.get("t_scheduled") or time.time())
             if since > self.dump_after_s:
                 what = f"{cur['op']} {cur['name']!r}" + (f" (seq {cur['seq']})" if cur["seq"] is not None else "")
+                self._dumped_entry = cur
                 self.dump(f"{what} in progress for more than {self.dump_after_s:g} s")
 
     def close(self) -> None:
