@@ -86,6 +86,7 @@
       "sequence length": "序列长度",
       "global batch (tokens)": "全局 batch（token 数）",
       "MFU (0-1; auto = the layout's estimate)": "MFU（0-1；auto = 该布局的估计值）",
+      "GEMM precision (fp8: the block's GEMMs at the FP8 peak)": "GEMM 精度（fp8：块中的 GEMM 按 FP8 峰值计）",
       // results
       "compute": "计算量",
       "training time": "训练时间",
@@ -115,6 +116,7 @@
       "usable per GPU": "每块 GPU 可用显存",
       "MFU used": "采用的 MFU",
       "the layout's MFU estimate": "该布局的 MFU 估计值",
+      "MFU against the FP8 peak": "相对 FP8 峰值的 MFU",
       "step time": "步时间",
       "GPU-hours": "GPU 小时",
       "cost": "成本",
