@@ -41,7 +41,7 @@ def _plan_data() -> dict:
                             "processors": list(stepmodel.PROCESSORS[name][:3])}
                      for name, acc in hardware.ACCELERATORS.items()},
         "stepmodel": {"sustained": stepmodel.SUSTAINED, "fa_l0": stepmodel._FA_L0, "fa_bwd": stepmodel._FA_BWD,
-                      "adam_bytes": stepmodel.ADAM_BYTES_PER_PARAM},
+                      "adam_bytes": stepmodel.ADAM_BYTES_PER_PARAM, "quantize_bytes": stepmodel.QUANTIZE_BYTES_PER_ELEMENT},
         "plan_defaults": plan_defaults,
         "layout_defaults": _defaults(layout.layout),
         "flash_attention": inspect.signature(layout.layout).parameters["flash_attention"].default,

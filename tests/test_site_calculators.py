@@ -68,7 +68,8 @@ EMPTY_OK = {"plan": {"mfu"}, "checkpoint": {"interval_seconds"}, "all_to_all": {
 
 def _plan(v: dict[str, Any]) -> dict[str, Any]:
     r = planner.plan(**{k: x for k, x in v.items() if k != "mfu"}, mfu=None if v["mfu"] in AUTO else v["mfu"])
-    return {k: getattr(r, k) for k in PLAN_OUTPUTS}
+    fp8 = ("mfu_vs_fp8",) if v.get("precision") == "fp8" else ()    # an FP8 plan's MFU against the FP8 peak too
+    return {k: getattr(r, k) for k in PLAN_OUTPUTS + fp8}
 
 
 def _checkpoint(v: dict[str, Any]) -> dict[str, float]:
@@ -144,7 +145,7 @@ GRIDS: dict[str, dict[str, list[str]]] = {
              "gpu": list(hardware.ACCELERATORS), "n_gpus": ["64", "1024", "2048", "16384"],
              "gpus_per_node": ["8", "4", "72"], "seq_len": ["4096", "8192", "131072"],
              "global_batch_tokens": ["4194304", "16777216", "65536"], "mfu": ["auto", "", "0.45", "0.38"],
-             "price_per_gpu_hour": ["2.0", "3.5"]},
+             "precision": ["bf16", "fp8"], "price_per_gpu_hour": ["2.0", "3.5"]},
     # GPT-3's and Llama 3 405B's widths, 1 to 128K tokens; a TP degree that does not divide the heads
     "activation": {"seq_len": ["1", "2048", "8192", "131072"], "micro_batch": ["1", "4", "16"],
                    "d_model": ["64", "4096", "12288", "16384"], "n_heads": ["1", "8", "96", "128"],

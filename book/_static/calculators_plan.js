@@ -124,7 +124,8 @@
 
   // ------------------------------------------------------------ stepmodel.py
   var SM = P.stepmodel;
-  function gemmSeconds(m, n, k, hw, peak) {
+  function gemmSeconds(m, n, k, hw, peak, bpv, outBytes) {    // bpv: bytes a value (2); outBytes: an FP8 GEMM's BF16 output
+    if (bpv === undefined) bpv = 2.0;
     if (Math.min(m, n, k) <= 0) return 0.0;
     var units = hw.processors[0];
     var tm = Math.min(hw.processors[1], Math.max(64.0, Math.pow(2.0, Math.ceil(Math.log2(m)))));
@@ -133,8 +134,17 @@
     var split = Math.max(1, Math.min(Math.floor(units / tiles), Math.trunc(Math.floor(k / 512))));
     var useful = (m * n) / (tm * tn) * split, busy = Math.ceil(tiles * split / units) * units;
     var compute = 2.0 * m * n * k / (peak * SM.sustained * hw.matmul_ceiling * (useful / busy));
-    var memory = 2.0 * (m * k + k * n + m * n) / hw.hbm_bandwidth;
+    var memory = outBytes === undefined ? bpv * (m * k + k * n + m * n) / hw.hbm_bandwidth
+      : (bpv * (m * k + k * n) + outBytes * m * n) / hw.hbm_bandwidth;
     return Math.max(compute, memory);
+  }
+
+  /* stepmodel.linear_seconds: [GEMM seconds, cast seconds]; in FP8 (p8 > 0) 1-byte inputs, a BF16
+   * output at the FP8 peak, after casting both inputs (QUANTIZE_BYTES_PER_ELEMENT over HBM). */
+  function linearSeconds(m, n, k, hw, peak, p8) {
+    if (!p8) return [gemmSeconds(m, n, k, hw, peak), 0.0];
+    if (Math.min(m, n, k) <= 0) return [0.0, 0.0];
+    return [gemmSeconds(m, n, k, hw, p8, 1.0, 2.0), SM.quantize_bytes * (m * k + k * n) / hw.hbm_bandwidth];
   }
 
   function attentionEfficiency(hw, block, backward) {
@@ -142,25 +152,37 @@
     return backward ? e * SM.fa_bwd : e;
   }
 
-  /* stepmodel.layer_time on layout._parts's shape (causal). */
+  /* stepmodel.layer_time on layout._parts's shape (causal); under precision="fp8" (job.p8 > 0) the
+   * block's GEMMs in FP8 with their casts (quantize) and the layer's share of the embedding and
+   * output head, 2·V·h/L, timed apart in BF16 (layout._fp8_args). */
   function parts(job, tp, cp, t, sp) {
-    var h = job.h, hw = job.hw, peak = job.peak;
+    var h = job.h, hw = job.hw, peak = job.peak, p8 = job.p8;
     var attnParams = 2.0 * h * h + 2.0 * h * job.kv;
     var mlp = Math.max(job.psi / job.L - attnParams, h * h);
-    var ffn = mlp / (3.0 * h);
+    var bf = p8 ? Math.min(2.0 * job.vocab * h / job.L, Math.max(mlp - h * h, 0.0)) : 0.0;
+    var ffn = (mlp - bf) / (3.0 * h);
     var shapes = [[t, (h + 2 * job.kv) / tp, h], [t, h, h / tp], [t, 2 * ffn / tp, h], [t, h, ffn / tp]];
-    var fwd = 0.0, bwd = 0.0;
+    var fwd = 0.0, bwd = 0.0, qFwd = 0.0, qBwd = 0.0;
     shapes.forEach(function (x) {
-      fwd += gemmSeconds(x[0], x[1], x[2], hw, peak);
-      bwd += gemmSeconds(x[0], x[2], x[1], hw, peak) + gemmSeconds(x[2], x[1], x[0], hw, peak);
+      var a = linearSeconds(x[0], x[1], x[2], hw, peak, p8), b = linearSeconds(x[0], x[2], x[1], hw, peak, p8),
+          c = linearSeconds(x[2], x[1], x[0], hw, peak, p8);
+      fwd += a[0]; bwd += b[0] + c[0]; qFwd += a[1]; qBwd += b[1] + c[1];
     });
+    if (bf > 0) {
+      var hm = t, hn = bf / h / tp, hk = h;
+      fwd += gemmSeconds(hm, hn, hk, hw, peak);
+      bwd += gemmSeconds(hm, hk, hn, hw, peak) + gemmSeconds(hk, hn, hm, hw, peak);
+    }
     var flops = 4.0 * t * job.s * h / tp * 0.5, block = job.s / cp;
     var aFwd = flops / (peak * attentionEfficiency(hw, block, false));
     var aBwd = 2.5 * flops / (peak * attentionEfficiency(hw, block, true));
-    var elems = (2 * 2 * h + 2 * 3 * h) / (sp ? tp : 1) + 2 * (h + job.kv) / tp + 3 * ffn / tp;
+    var full = mlp / (3.0 * h);
+    var elems = (2 * 2 * h + 2 * 3 * h) / (sp ? tp : 1) + 2 * (h + job.kv) / tp + 3 * full / tp;
     var memFwd = 2.0 * t * elems / hw.hbm_bandwidth;
-    return {gemm: fwd + bwd, attention: aFwd + aBwd, memory: 3.0 * memFwd, forward: fwd + aFwd + memFwd,
-            attention_forward: aFwd};
+    var out = {gemm: fwd + bwd, attention: aFwd + aBwd, memory: 3.0 * memFwd, forward: fwd + aFwd + memFwd,
+               attention_forward: aFwd, quantize: 0.0};
+    if (p8) { out.quantize = qFwd + qBwd; out.forward += qFwd; }
+    return out;
   }
 
   function evaluate(job, tp, cp, pp, dp, v, zero, mode) {
@@ -183,6 +205,7 @@
     var pt = parts(job, tp, cp, tMb, sp);
     var rerun = {none: 0.0, selective: pt.attention_forward, full: pt.forward}[mode];
     var perLayer = pt.gemm + pt.attention + pt.memory + rerun;
+    if (job.p8) perLayer += pt.quantize;
     var updated = zero >= 1 ? psiGpu / (dp * cp) : psiGpu;
     var compute = mF * layers * perLayer + SM.adam_bytes * updated / job.hw.hbm_bandwidth;
     var reps = mode === "full" ? 1.5 : 1.0;
@@ -242,21 +265,29 @@
   function shape(x) { return "TP " + x.tp + " · CP " + x.cp + " · PP " + x.pp + (x.v > 1 ? " (v=" + x.v + ")" : "") + " · DP " + x.dp; }
 
   /* layout.layout as plan() calls it: nics_per_node = gpus_per_node, one sequence per microbatch. */
-  function layout(n, nl, h, a, s, batch, nGpus, gpu, g, u, vocab) {
+  function layout(n, nl, h, a, s, batch, nGpus, gpu, g, u, vocab, precision) {
     var args = [["n_params", F(n)], ["n_layers", I(nl)], ["d_model", I(h)], ["n_heads", I(a)], ["seq_len", I(s)],
                 ["global_batch_tokens", F(batch)], ["n_gpus", I(nGpus)], ["gpu", gpu], ["gpus_per_node", I(g)],
                 ["nics_per_node", I(g)], ["nic_bits_per_s", F(P.hardware[gpu].nic_bits_per_s)], ["kv_heads", undefined],
                 ["compute_mfu", undefined], ["usable_fraction", F(u)], ["flash_attention", undefined],
-                ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero], ["vocab_size", I(vocab)]];
+                ["max_cp", LAYOUT.max_cp], ["max_zero", LAYOUT.max_zero], ["vocab_size", I(vocab)],
+                ["precision", precision]];
     return checked(args, function () {
       L.positiveInt("n_heads", I(a));
       L.positiveInt("d_model", I(h));
       if (h % a) fail("n_heads (" + L.intRepr(a) + ") must divide d_model (" + L.intRepr(h) + "): each head gets " +
                       "d_model/n_heads dimensions, a whole number of at least 1");
       if (batch < s) fail("global_batch_tokens (" + L.pyFloatRepr(batch) + ") is less than one sequence (seq_len=" + s + ")");
+      var p8 = 0.0;    // layout.job._fp8_peak: the dense FP8 peak under precision="fp8", refused on a chip without
+      if (precision === "fp8") {
+        p8 = D.accelerators[gpu].fp8 || 0.0;
+        if (!p8) fail("precision='fp8': gpu='" + gpu + "' has no FP8 tensor cores (no dense FP8 peak in " +
+                      "course_lib.hardware); use precision='bf16' or a chip with FP8: " +
+                      Object.keys(D.accelerators).filter(function (x) { return D.accelerators[x].fp8; }).join(", "));
+      } else if (precision !== "bf16") fail("precision must be one of 'bf16', 'fp8', got '" + precision + "'");
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));
       var job = {psi: n, L: nl, h: h, a: a, s: s, tokens: batch, n: nGpus, kv: h, b: 1, flash: P.flash_attention,
-                 peak: D.accelerators[gpu][P.hardware[gpu].dtype],
+                 peak: D.accelerators[gpu][P.hardware[gpu].dtype], p8: p8,
                  hw: P.hardware[gpu], vocab: vocab,
                  link: P.hardware[gpu].link_bandwidth, g: g,
                  ringBw: g * (P.hardware[gpu].nic_bits_per_s / 8), usable: P.hardware[gpu].hbm_bytes * u,
@@ -351,7 +382,7 @@
     var args = [["compute", undefined], ["n_params", v.n_params], ["n_tokens", v.n_tokens], ["gpu", v.gpu],
                 ["n_gpus", v.n_gpus], ["gpus_per_node", v.gpus_per_node], ["seq_len", v.seq_len],
                 ["global_batch_tokens", v.global_batch_tokens], ["price_per_gpu_hour", v.price_per_gpu_hour],
-                ["mfu", auto ? undefined : v.mfu]];
+                ["mfu", auto ? undefined : v.mfu], ["precision", v.precision]];
     args.push(["nic_bits_per_s", undefined]);    // None: the accelerator's generation
     ["gpu_mtbf_seconds", "vocab_size", "usable_fraction"].forEach(function (k) { args.push([k, PLAN[k]]); });
     return checked(args, function () {
@@ -371,7 +402,7 @@
              "d_model " + L.intRepr(sh[1]) + ", " + L.intRepr(sh[2]) + " heads) is beyond the layout planner's bounds " +
              "(at most " + P.max_layers + " layers, 2**53 for a width): give n_layers, d_model and n_heads");
       try {
-        best = layout(n, sh[0], sh[1], sh[2], s, batch, nGpus, gpu, g, u, PLAN.vocab_size.num);
+        best = layout(n, sh[0], sh[1], sh[2], s, batch, nGpus, gpu, g, u, PLAN.vocab_size.num, v.precision);
       } catch (e) {
         if (!(e instanceof L.CalcError) || e.message.indexOf("no layout fits") !== 0) throw e;
         fail(impossible(e.message, n, nGpus, g, P.hardware[gpu].hbm_bytes, u, batch, s, sh[0]));
@@ -386,6 +417,7 @@
                  mfu: used, mfu_estimate: best.mfu, step_s: stepS, days: days, gpu_hours: gpuHours,
                  cost: gpuHours * price, checkpoint_interval_s: f.interval, goodput: f.good,
                  wall_days: days / f.good, loader_tokens_per_s: tokensPerS};
+      if (v.precision === "fp8") out.mfu_vs_fp8 = used * D.accelerators[gpu][dt] / D.accelerators[gpu].fp8;
       var flopsTotal = L.trainingFlops(F(n), F(d));
       out.numbers = [n, d, flopsTotal, d / n, nGpus, g, s, batch, sh[0], sh[1], sh[2], stepS, d / batch,
                      days, gpuHours, price, out.cost, f.ckpt, f.save, f.mtbf, f.interval, P.hardware[gpu].restart_seconds, f.good,
@@ -428,6 +460,8 @@
               L.text("seq_len", "sequence length", P.plan_defaults.seq_len),
               L.text("global_batch_tokens", "global batch (tokens)", P.plan_defaults.global_batch_tokens),
               L.text("mfu", "MFU (0-1; auto = the layout's estimate)", "auto"),
+              L.select("precision", "GEMM precision (fp8: the block's GEMMs at the FP8 peak)", "bf16",
+                       [["bf16", "bf16"], ["fp8", "fp8"]]),
               L.text("price_per_gpu_hour", "$ per GPU-hour (an assumption)", P.plan_defaults.price_per_gpu_hour)];
     },
     run: function (v) {
@@ -439,7 +473,8 @@
               ["memory_bytes", "memory per GPU", r.memory_bytes, gb],
               ["usable_bytes", "usable per GPU", r.usable_bytes, gb],
               ["mfu", "MFU used", r.mfu, pct],
-              ["mfu_estimate", "the layout's MFU estimate", r.mfu_estimate, pct],
+              ["mfu_estimate", "the layout's MFU estimate", r.mfu_estimate, pct]].concat(
+              r.mfu_vs_fp8 === undefined ? [] : [["mfu_vs_fp8", "MFU against the FP8 peak", r.mfu_vs_fp8, pct]]).concat([
               ["step_s", "step time", r.step_s, function (x) { return fmt(x, " s"); }],
               ["days", "training time", r.days, function (x) { return fmt(x, " days"); }],
               ["gpu_hours", "GPU-hours", r.gpu_hours, function (x) { return sci(x, ""); }],
@@ -447,7 +482,7 @@
               ["checkpoint_interval_s", "checkpoint every", r.checkpoint_interval_s, function (x) { return fmt(x / 60, " min"); }],
               ["goodput", "goodput", r.goodput, pct],
               ["wall_days", "wall time with failures", r.wall_days, function (x) { return fmt(x, " days"); }],
-              ["loader_tokens_per_s", "loader tokens/s (cluster)", r.loader_tokens_per_s, function (x) { return sci(x, ""); }]];
+              ["loader_tokens_per_s", "loader tokens/s (cluster)", r.loader_tokens_per_s, function (x) { return sci(x, ""); }]]);
     }
   });
 })();

@@ -312,5 +312,6 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         loader_tokens_per_s=tokens_per_s, loader_bytes_per_s=tokens_per_s * bytes_per_token,
         bytes_per_token=bytes_per_token, dtype=dtype,
         caveats=_caveats("fp8" if best.fp8 else dtype, best.microbatches, best.dp * best.cp, acc.name) + _fp8_caveat(best.fp8, used),
-        layout_explanation=best.explanation)
+        layout_explanation=best.explanation,
+        mfu_vs_fp8=best.fp8["mfu_vs_fp8"] * used / best.fp8["mfu_vs_bf16"] if best.fp8 else None)
 

@@ -76,6 +76,8 @@ class Plan:
     dtype: str
     caveats: tuple
     layout_explanation: str = ""
+    # precision="fp8" only: the MFU used, restated against the chip's dense FP8 peak (None under BF16)
+    mfu_vs_fp8: float | None = None
 
     @property
     def fits(self) -> bool:
