@@ -125,5 +125,6 @@ def test_port_agrees_with_plan_outside_a_browser(tmp_path: Path) -> None:
             assert js == value if isinstance(value, str) else math.isclose(float(js), value, rel_tol=1e-9), \
                 f"{where}: {key} {js!r} != {value!r}"
     assert 0 < len(messages) < len(cases)
+    assert any("has no FP8 tensor cores" in m for m in messages)      # the FP8 refusal, word for word (#45)
     for impossible in ("the plan does not fit", "batch below the floor", "no training progresses"):
         assert any(impossible in m for m in messages), impossible

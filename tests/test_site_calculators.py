@@ -209,7 +209,8 @@ EXTREME_OK: dict[str, list[dict[str, str]]] = {
     "api_cost": [{"price_out_per_mtok": "5e-324"}],
     "distill": [{"visible_tokens": "1e-300"}],
     "plan": [{"n_params": "1", "n_tokens": "1", "n_gpus": "1", "seq_len": "1", "global_batch_tokens": "1"},
-             {"mfu": "1e-3"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"}],
+             {"mfu": "1e-3"}, {"n_params": "1e13", "n_gpus": "65536", "global_batch_tokens": "1e9"},
+             {"precision": "fp8"}, {"precision": "fp8", "gpu": "B200", "mfu": "0.45"}],   # the FP8 port (#45)
     "activation": [{"seq_len": "9007199254740992", "micro_batch": "9007199254740992", "d_model": "9007199254740992"},
                    {"bytes_per_value": "5e-324"}, {"tp": "96", "sequence_parallel": "True", "recompute": "full"}],
     # a period past a float's range trains nothing (goodput 0); a restart longer than the MTBF too
