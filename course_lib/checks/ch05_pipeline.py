@@ -1,9 +1,10 @@
 """Graded questions of chapter 5, "Pipeline parallelism". References come from course_lib.pipeline,
-the schedule generators and the partitioner; the two function questions are graded by running the
-exact schedule simulator and by recomputing the optimal partition."""
+the schedule generators and the partitioner; the order, bubble and partition questions are graded
+by running the exact schedule simulator (on orders written by hand, and on (p, m, schedule) drawn
+from the run's seed) and by recomputing the optimal partition."""
 from course_lib import pipeline
 from course_lib.grading import Mistake, Question
-from course_lib.grading.i18n import join, msg, series
+from course_lib.grading.i18n import cases_partial, join, msg, series
 from course_lib.pipeline import partition
 from course_lib.pipeline.schedules import parse_ops, schedule
 
@@ -11,6 +12,12 @@ _PERCENT = Mistake.ratio(100, "That is a percentage; give a fraction (0.18, not 
 
 # the 1F1B order question: stage ORDER_STAGE of ORDER_P stages, ORDER_M microbatches
 ORDER_P, ORDER_M, ORDER_STAGE = 4, 6, 1
+
+# the ZB-H1 order question: stage ZB_STAGE of ZB_P stages, ZB_M microbatches, backward split in B and W
+ZB_P, ZB_M, ZB_STAGE = 4, 6, 2
+
+# the bubble function question: schedules whose bubble is drawn, at T_F : T_B : T_W = 1 : 1 : 1
+BUBBLE_SCHEDULES = ("1f1b", "zb-h1", "zb-v", "dualpipev")
 
 # the partition question: embedding, 10 blocks alternating global (1.4 ms) and sliding-window
 # (1.0 ms) attention, then final norm + LM head + loss (3.2 ms); 4 stages
@@ -63,6 +70,85 @@ def _grade_order(answer) -> tuple[float, str]:
     if not notes:
         return 1.0, ""
     return score, msg("Your order runs without deadlock, but {problems}.", problems=series(notes, "; and "))
+
+
+def _grade_zb_order(answer) -> tuple[float, str]:
+    """Put the student's order on stage ZB_STAGE, ZB-H1 on the others, and simulate it (t_f = 1,
+    t_b = 2 split into B = W = 1): complete, deadlock-free, at most p in flight, as fast as ZB-H1."""
+    try:
+        ops = parse_ops(answer)
+    except ValueError as e:
+        return 0.0, msg("{error}.", error=str(e))
+    orders = schedule("zb-h1", ZB_P, ZB_M)
+    orders[ZB_STAGE] = ops
+    try:
+        tl = pipeline.simulate(orders, t_forward=1.0, t_backward=2.0)
+    except pipeline.ScheduleError as e:
+        text = str(e)
+        if text.startswith("deadlock"):
+            return 0.0, msg("With the other stages running ZB-H1 your order can never finish ({error}): a B "
+                            "waits for the next stage's B, and the previous stage waits for yours.", error=text)
+        return 0.0, msg("Not a complete order: {error}. Every microbatch needs its F, its B and its W.",
+                        error=text.removeprefix(f"rank {ZB_STAGE}: "))
+    ref = pipeline.simulate("zb-h1", ZB_P, ZB_M, t_forward=1.0, t_backward=2.0).makespan()
+    plain = pipeline.simulate("1f1b", ZB_P, ZB_M, t_forward=1.0, t_backward=2.0).makespan()
+    peak = int(tl.peak_in_flight[ZB_STAGE])
+    score, notes = 0.2, []
+    if peak <= ZB_P:
+        score += 0.4
+    else:
+        notes.append(msg("it keeps {peak} microbatches alive at once (a microbatch stays until its W); ZB-H1 "
+                         "keeps 1F1B's bound of p = {p}", peak=peak, p=ZB_P))
+    if tl.makespan() <= ref + 1e-9:
+        score += 0.4
+    elif tl.makespan() >= plain - 1e-9:
+        notes.append(msg("the step takes {t:.4g} time units, no better than 1F1B's {plain:.4g}: running each "
+                         "W right after its B gives back the whole backward; defer the W into the idle "
+                         "slots", t=tl.makespan(), plain=plain))
+    else:
+        notes.append(msg("the step takes {t:.4g} time units instead of ZB-H1's {ref:.4g}: stage s runs each W "
+                         "s backwards late", t=tl.makespan(), ref=ref))
+    if not notes:
+        return 1.0, ""
+    return score, msg("Your order runs without deadlock, but {problems}.", problems=series(notes, "; and "))
+
+
+def _bubble_cases(draw=None) -> list[tuple[str, int, int]]:
+    """Four fixed (schedule, p, m), and four drawn from ``draw`` (a numpy Generator) when given."""
+    drawn = []
+    if draw is not None:
+        for _ in range(4):
+            p = int(draw.integers(2, 7))
+            drawn.append((BUBBLE_SCHEDULES[int(draw.integers(0, 4))], p, int(draw.integers(2 * p, 4 * p + 1))))
+    return drawn + [("1f1b", 4, 8), ("zb-h1", 4, 8), ("zb-v", 4, 8), ("dualpipev", 4, 8)]
+
+
+def _grade_bubble(fn, draw) -> tuple[float, str]:
+    if not callable(fn):
+        return 0.0, "Pass your function itself, e.g. check('zb_bubble', bubble)."
+    cases = _bubble_cases(draw)
+    passed, notes = 0, {}
+    for name, p, m in cases:
+        want = pipeline.simulate(name, p, m, t_forward=1.0, t_backward=2.0).bubble_fraction()
+        try:
+            got = float(fn(name, p, m))
+        except (TypeError, ValueError):
+            return 0.0, msg("Return the bubble as a number, e.g. 0.06; got {type}.",
+                            type=type(fn(name, p, m)).__name__)
+        if abs(got - want) <= 1e-6 + 1e-3 * want:
+            passed += 1
+            continue
+        if abs(got - pipeline.bubble_fraction(p, m)) < 1e-9:
+            why = msg("(p−1)/(m+p−1) is 1F1B's bubble; a split backward lets W fill the fill and drain: "
+                      "simulate it")
+        elif abs(got - 100 * want) <= 1e-3 * 100 * want:
+            why = msg("That is a percentage; give a fraction (0.18, not 18).")
+        else:
+            why = msg("not the simulator's bubble at T_F : T_B : T_W = 1 : 1 : 1 (t_forward=1, t_backward=2)")
+        notes.setdefault(why, []).append(f"{name}/{p}/{m}")
+    if passed == len(cases):
+        return 1.0, ""
+    return cases_partial(passed, len(cases), notes)
 
 
 def _grade_partition(answer) -> tuple[float, str]:
@@ -172,5 +258,27 @@ QUESTIONS = [
         grader=_grade_partition,
         hint="Minimise the most expensive stage; try a bound T and pack layers greedily while the stage "
              "stays ≤ T (or use course_lib.pipeline.partition.balanced_partition to check).",
+    ),
+    Question(
+        "order_zb_h1", points=3,
+        prompt=f"Zero bubble splits each backward into B (the input gradient, sent upstream at once) and W "
+               f"(the weight gradient, deferred). Write the ZB-H1 order of stage {ZB_STAGE} in a pipeline of "
+               f"p = {ZB_P} stages with m = {ZB_M} microbatches, as a list like ['F0', 'F1', 'B0', 'W0', ...]. "
+               f"It is graded by simulating it with the other stages running ZB-H1 (t_f = 1, B = W = 1): it "
+               f"must not deadlock, must keep at most p microbatches alive (until their W), and must be as "
+               f"fast as ZB-H1.",
+        grader=_grade_zb_order,
+        hint="Keep 1F1B's order of F and B (p − s − 1 warm-up forwards), and run each W s backwards after "
+             "its B; the W still owed at the end run last.",
+    ),
+    Question(
+        "zb_bubble", points=2,
+        prompt="Write a function bubble(schedule, p, m) that returns the bubble (idle share of the ranks' wall "
+               "time) of schedule in ('1f1b', 'zb-h1', 'zb-v', 'dualpipev') with p ranks and m microbatches, "
+               "when a rank's forward, input-gradient and weight-gradient passes take equal times (t_forward=1, "
+               "t_backward=2). The grader calls it on (schedule, p, m) drawn from the run's seed.",
+        grader=_grade_bubble,
+        hint="No closed formula covers all four: replay the schedule with course_lib.pipeline.simulate and "
+             "read the Timeline's bubble_fraction().",
     ),
 ]

@@ -260,3 +260,38 @@ def overlap_runs(names: Sequence[str], p: int, m: int, times: Sequence[float], l
             e.kind == "link" for e in tl.events), "bubble": b[s], "simulated": sim.bubble_fraction(),
             "step_s": tl.makespan(), "simulated_s": sim.makespan(), "timeline": tl, "rows": rows})
     return out
+
+
+def sweep(path: str = "data/zero_bubble_sweep.json") -> dict:
+    """Chapter 5's stored measurements (minutes; the lab and tests rerun one small point):
+    T_F:T_B:T_W of a middle DEMO stage; paced bubbles at several (p, m); real-compute bubbles
+    on 2 ranks; DualPipeV's hidden communication; PyTorch's zero-bubble schedules side by side.
+    Reproduce with ``python -m course_lib.pipeline.zb_runs``."""
+    import json
+    from .partition import DEMO
+    from .torch_pipelining import TORCH_TWO_STAGE, compare_with_torch
+    names = ["1f1b", "zb-h1", "zb-v", "dualpipev"]
+    st = stage_times(DEMO, default_sizes(DEMO, 4), 1)
+    times = (0.06, 0.06 * st["ratio"][1], 0.06 * st["ratio"][2])
+    keep = ("schedule", "p", "m", "measured", "simulated", "replayed", "paper", "in_flight", "promised")
+    out: dict = {"command": "python -m course_lib.pipeline.zb_runs", "stage_times": st, "paced_times": times,
+                 "paced": [], "real": [], "overlap": [], "torch": []}
+    for p, m in [(2, 4), (2, 8), (4, 8), (4, 16)]:
+        out["paced"] += [{k: row[k] for k in keep} for row in bubble_points(names, p, m, times)]
+    out["real"] = [{k: row[k] for k in keep + ("times",)}
+                   for row in bubble_points(names, 2, 8, None, cfg=DEMO, mb_size=8, steps=5)]
+    for p, m in [(2, 4), (4, 8)]:
+        out["overlap"] += [{"p": p, "m": m, "link": 0.01, **{k: row[k] for k in (
+            "schedule", "hidden", "messages", "bubble", "simulated", "step_s", "simulated_s")}}
+            for row in overlap_runs(["1f1b", "zb-h1", "dualpipev"], p, m, times, 0.01)]
+    for p in (2, 4):
+        for cls in TORCH_TWO_STAGE:
+            row = compare_with_torch(ZB, p, cls, m=2 * p, repeats=5, sizes=v_sizes(ZB, 2 * p), timeout=120)
+            out["torch"].append({"class": cls, "ours": TORCH_TWO_STAGE[cls], "p": p, "m": 2 * p, **row})
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    sweep()
