@@ -356,6 +356,11 @@ def test_question_bank_agrees_with_the_library():
     assert qs["mfu_vs_bf16"].grade(mfu["vs_bf16"]).correct and qs["mfu_vs_fp8"].grade(mfu["vs_fp8"]).correct
     assert "FP8 peak" in qs["mfu_vs_bf16"].grade(mfu["vs_fp8"]).message
     assert "BF16 peak" in qs["mfu_vs_fp8"].grade(mfu["vs_bf16"]).message
+    ag, values = qs["fp8_allgather_bytes"], 4 * 4096 * 4096 + 3 * 4096 * 11008      # one Llama-style block
+    assert ag.reference() == 7 / 8 * values + 7 * 7 * 4 and ag.grade(7 / 8 * values + 7 * 7 * 4).correct
+    assert "amax" in ag.grade(7 / 8 * values).message                   # the scale's agreement forgotten
+    assert "BF16" in ag.grade(7 / 8 * values * 2).message
+    assert "whole gathered buffer" in ag.grade(values).message
 
 
 def test_quantize_question_grades_on_drawn_inputs():

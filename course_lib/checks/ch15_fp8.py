@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from course_lib import fp8
+from course_lib import comm, fp8
 from course_lib.fp8 import runs
 from course_lib.grading import NO_UNIT, Mistake, Question
 from course_lib.grading.i18n import cases_partial, msg, series
@@ -25,6 +25,16 @@ MX_AMAX = 5.3
 OUTLIER = dict(tokens=256, channels=512, outlier_channel=7, ratio=1e6)
 # Q7/Q8: a dense 70B model trained with FP8 GEMMs on H100 SXM at 1,200 tokens/s per GPU
 MFU_RUN = dict(n_params=70e9, tokens_per_second_per_gpu=1200.0, gpu="H100-SXM")
+# Q10: FSDP's FP8 all-gather of one Llama-style block (d = 4096, FFN 11008: q, k, v, o, gate, up, down)
+ALLGATHER = dict(ranks=8, weights=7, values=4 * 4096 * 4096 + 3 * 4096 * 11008)
+
+
+def _allgather_bytes(amax: bool = True, bytes_per_value: int = 1) -> float:
+    """Bytes a rank sends in the ring all-gathers of Q10 (fp8.allgather, scaling="global"): the
+    float32 amaxes (one a weight from each rank), then the shards at ``bytes_per_value``."""
+    n, k, v = ALLGATHER["ranks"], ALLGATHER["weights"], ALLGATHER["values"]
+    return comm.collective_bytes("all_gather", v * bytes_per_value, n) + (
+        comm.collective_bytes("all_gather", n * k * 4, n) if amax else 0.0)
 
 
 def drawn_tensor() -> torch.Tensor:
@@ -268,6 +278,23 @@ QUESTIONS = [
                   Mistake.ratio(1 / 3, "A third: training is 6N FLOPs a token, not 2N."),
                   Mistake.ratio(100, "That is a percentage; answer a fraction.")],
         hint="The same FLOP/s over 1979e12: an FP8 run's MFU must name its peak.",
+    ),
+    Question(
+        "fp8_allgather_bytes", points=2, unit="bytes",
+        prompt="FSDP on 8 ranks all-gathers one Llama-style block of a 4096-wide model (q, k, v, o: "
+               "4096×4096; gate, up: 11008×4096; down: 4096×11008) in FP8 through a ring, with the global "
+               "amax: first one float32 amax per weight from every rank, then the FP8 shards. Bytes each rank sends.",
+        expected=_allgather_bytes, rtol=1e-8,
+        mistakes=[Mistake.equals(_allgather_bytes(amax=False), "Only the FP8 shards: the ranks first all-gather "
+                                 "one float32 amax per weight, 7·7·4 bytes more, so that they agree on the scale.",
+                                 rtol=1e-9),
+                  Mistake.ratio(2.0, "Twice: that is BF16's all-gather, two bytes a value; FP8 sends one."),
+                  Mistake.ratio(4.0, "Four times: that is an FP32 all-gather; FP8 sends one byte a value."),
+                  Mistake.ratio(8 / 7, "That is the whole gathered buffer: a ring sends (n−1)/n of it, a rank's "
+                                       "own shard never leaves."),
+                  Mistake.ratio(1 / 7, "That is one shard: in a ring all-gather each rank forwards n−1 shards.")],
+        hint="A ring all-gather sends (n−1)/n of the gathered bytes: (n−1)/n · values · 1 byte, plus "
+             "(n−1)/n · n·7·4 bytes of amaxes.",
     ),
     Question(
         "quantize_impl", points=3,
