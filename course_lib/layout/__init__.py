@@ -30,7 +30,8 @@ For every layout whose degrees multiply to the GPU count, the planner asks two q
    (``stepmodel.FP8_GEMMS``) at the chip's FP8 peak plus their casts (``breakdown["quantize"]``);
    MFU stays against the BF16 peak, ``Layout.fp8`` adds it against the FP8 and mixed peaks.
 
-Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.21783 §3.3.2), so a
+Ranks are numbered TP fastest, then CP, PP, DP (Llama 3's order, arXiv 2407.21783 §3.3.2; ``estimate``'s
+``rank_order="tp-cp-dp-pp"`` puts PP outermost, DeepSeek-V3's EP inside a stage's nodes), so a
 group lives inside one node when the degrees inside it multiply to at most the GPUs per node;
 across nodes each GPU gets its share of the node's NICs per group member in the node. TP never
 leaves a node. A layout is refused when the batch is too small for it: DP·m·b·s ≤ B tokens with
