@@ -3,12 +3,19 @@
 Measured data are drawn as markers in ``MEASURED``; theory as lines in ``THEORY``. Use
 ``figure()`` to get a styled figure and ``save(fig, path)`` to write a deterministic PNG for the
 book (no timestamps in the file, fixed DPI).
+
+A book page draws each figure once per edition (``figure(lang=...)``, words from ``course_lib.i18n``)
+and glues both; ``glued(fig)`` gives a Chinese figure's words the CJK font and hands the figure to
+``glue`` without the inline backend showing it in the cell too.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
+
+from course_lib.i18n import LANGS
 
 # Okabe & Ito's colour-blind-safe palette (Color Universal Design, 2008): the measured, theory
 # and third/fourth series stay distinct under protanopia, deuteranopia and tritanopia.
@@ -48,11 +55,36 @@ def _sharp_inline_figures() -> None:
         set_matplotlib_formats("retina")
 
 
-def figure(ncols: int = 1, nrows: int = 1, **kwargs):
-    """A styled ``(fig, axes)`` pair; kwargs go to ``plt.subplots``."""
+# Fonts with the Chinese glyphs, first found wins (fonts-wqy-microhei is a system requirement of the
+# book, README.md; the site's own subset is a WOFF, which matplotlib cannot read).
+CJK_FONTS = ("WenQuanYi Micro Hei", "Noto Sans CJK SC", "Source Han Sans SC", "Microsoft YaHei", "PingFang SC")
+CJK_FONT_FILE = Path("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc")
+_CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]")
+
+
+def cjk_font() -> str:
+    """The name of an installed font that draws Chinese, or RuntimeError saying what to install."""
+    from matplotlib import font_manager
+    names = {f.name for f in font_manager.fontManager.ttflist}
+    if not names & set(CJK_FONTS) and CJK_FONT_FILE.is_file():
+        font_manager.fontManager.addfont(str(CJK_FONT_FILE))
+        names = {f.name for f in font_manager.fontManager.ttflist}
+    for name in CJK_FONTS:
+        if name in names:
+            return name
+    raise RuntimeError("a Chinese figure needs a CJK font and none is installed: "
+                       f"install fonts-wqy-microhei (one of {', '.join(CJK_FONTS)})")
+
+
+def figure(ncols: int = 1, nrows: int = 1, lang: str = "en", **kwargs):
+    """A styled ``(fig, axes)`` pair; kwargs go to ``plt.subplots``. ``lang="zh"``: the axes' own
+    texts (titles, axis labels) get the CJK font; ``glued`` gives it to the rest."""
     import matplotlib.pyplot as plt
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {', '.join(map(repr, LANGS))}; got {lang!r}")
     _sharp_inline_figures()
-    with matplotlib.rc_context(STYLE):
+    style = STYLE if lang == "en" else {**STYLE, "font.family": [cjk_font(), "DejaVu Sans"]}
+    with matplotlib.rc_context(style):
         fig, axes = plt.subplots(nrows, ncols, **kwargs)
     fig.set_layout_engine("constrained")
     for ax in (axes.flat if hasattr(axes, "flat") else [axes]):
@@ -60,6 +92,21 @@ def figure(ncols: int = 1, nrows: int = 1, **kwargs):
         ax.spines[["top", "right"]].set_visible(False)
         ax.set_prop_cycle(STYLE["axes.prop_cycle"])
     return fig, axes
+
+
+def glued(fig):
+    """``fig`` ready for ``myst_nb.glue``: every text holding Chinese drawn in the CJK font (the
+    words; math in it keeps matplotlib's math fonts), and closed, so the inline backend does not
+    also show it in the cell's output (both editions paste their own copy)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+    texts = [t for t in fig.findobj(Text) if _CJK.search(t.get_text())]
+    if texts:
+        family = [cjk_font(), "DejaVu Sans"]
+        for text in texts:
+            text.set_fontfamily(family)
+    plt.close(fig)
+    return fig
 
 
 def save(fig, path: str | Path) -> Path:

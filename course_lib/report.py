@@ -8,6 +8,8 @@ import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from course_lib.i18n import tr, tr_all
+
 
 def fmt(x: float, digits: int = 3) -> str:
     """Format a number with ``digits`` significant digits, stable across machines."""
@@ -21,25 +23,36 @@ def fmt(x: float, digits: int = 3) -> str:
 
 
 def compare_table(rows: Iterable[Sequence], *, digits: int = 3, tolerance: float | None = None,
-                  headers: Sequence[str] = ("quantity", "measured", "theory", "ratio")) -> str:
+                  headers: Sequence[str] = ("quantity", "measured", "theory", "ratio"), lang: str = "en") -> str:
     """Render rows ``(label, measured, theory)`` as an aligned table with a ratio column.
 
     With ``tolerance`` a last column says ``ok`` when |ratio − 1| ≤ tolerance, else ``OFF``;
-    that verdict is what a notebook's checked output should rely on.
+    that verdict is what a notebook's checked output should rely on. ``lang="zh"`` writes the
+    headers and verdicts in Chinese (``course_lib.i18n``); the labels are the caller's.
     """
     lines = []
-    hdr = list(headers) + (["within tol"] if tolerance is not None else [])
+    hdr = tr_all([*headers, *(["within tol"] if tolerance is not None else [])], lang)
     for label, measured, theory in rows:
         ratio = measured / theory if theory else float("nan")
         line = [str(label), fmt(measured, digits), fmt(theory, digits), f"{ratio:.{digits}f}"]
         if tolerance is not None:
-            line.append("ok" if abs(ratio - 1) <= tolerance else "OFF")
+            line.append(tr("ok" if abs(ratio - 1) <= tolerance else "OFF", lang))
         lines.append(line)
-    widths = [max(len(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
-    out = [" | ".join(h.ljust(w) for h, w in zip(hdr, widths)),
+    widths = [max(_width(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
+    out = [" | ".join(_ljust(h, w) for h, w in zip(hdr, widths)),
            "-+-".join("-" * w for w in widths)]
-    out += [" | ".join(c.ljust(w) for c, w in zip(r, widths)) for r in lines]
+    out += [" | ".join(_ljust(c, w) for c, w in zip(r, widths)) for r in lines]
     return "\n".join(out)
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a monospace font: a CJK character (wide, East Asian width W/F) two."""
+    from unicodedata import east_asian_width
+    return sum(2 if east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _ljust(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))
 
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")

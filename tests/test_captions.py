@@ -41,14 +41,22 @@ def _figure_meta(cell) -> dict:
     return {"caption": (meta.get("figure") or {}).get("caption"), "alt": (meta.get("image") or {}).get("alt")}
 
 
-def _figures() -> list[tuple[str, int, str, str | None, str | None]]:
-    """(page, cell index, code, written caption or None, alt text) of every figure."""
+# A figure a cell glues once per edition (issue #49) and the English page pastes with its caption.
+GLUED_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
+
+
+def _figures() -> list[tuple[str, int | str, str, str | None, str | None]]:
+    """(page, cell index or glue name, code, written caption or None, alt text) of every figure."""
     out = []
     for page in sorted((ROOT / "book").glob("[01][0-9]_*.md")):
         nb = read_myst_markdown_notebook(page.read_text(encoding="utf-8"))
         for i, cell in enumerate(nb.cells):
-            if cell.cell_type == "code" and DRAWS.search(cell.source):
+            # a cell that draws for glue (plots.glued) shows nothing itself: its figures are below
+            if cell.cell_type == "code" and DRAWS.search(cell.source) and "plots.glued(" not in cell.source:
                 out.append((f"book/{page.name}", i, cell.source, *_figure_meta(cell).values()))
+        for m in GLUED_FIGURE.finditer(page.read_text(encoding="utf-8")):
+            alt = re.search(r"^:alt: (.*)$", m[2], re.M)
+            out.append((f"book/{page.name}", f"glue {m[1]}", "", " ".join(m[3].split()), alt and alt[1]))
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
         for i, cell in enumerate(nb.cells):

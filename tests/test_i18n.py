@@ -1,0 +1,148 @@
+"""What the code writes on a Chinese page is Chinese (issue #49 item 4): course_lib.i18n's table of
+strings, compare_table's and the plots' ``lang``, and the chapter pages that glue each table and
+figure twice (``name`` for the English page, ``name_zh`` for its twin)."""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from course_lib import i18n, plots
+from course_lib.report import compare_table
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
+# a pasted table or figure: the directive (```{glue:md} name, ```{glue:figure} name) or the role
+PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`", re.M)
+GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
+# the chapters whose tables and figures are glued per edition (the others: see the issue)
+CONVERTED = ["01_flops"]
+# cells that still show one figure to both editions: the concept diagrams (course_lib/diagrams/ draws
+# them with English words; not converted yet)
+STILL_ENGLISH = {"01_flops": [2]}
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BOOK / "_ext" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pages(stem: str) -> tuple[str, str]:
+    return (BOOK / f"{stem}.md").read_text(encoding="utf-8"), (BOOK / "zh" / f"{stem}.md").read_text(encoding="utf-8")
+
+
+# --- the table of strings -----------------------------------------------------------------------
+
+def test_tr_is_the_text_in_english_and_its_entry_in_chinese() -> None:
+    assert i18n.tr("measured", "en") == "measured" and i18n.tr("measured") == "measured"
+    assert i18n.tr("measured", "zh") == "实测"
+    assert i18n.tr("δ = {delta:g} s: first order", "zh", delta=30.0) == "δ = 30 s：一阶近似"
+    assert i18n.tr("δ = {delta:g} s: first order", "en", delta=30.0) == "δ = 30 s: first order"
+    assert i18n.tr_all(["measured", "ratio"], "zh") == ["实测", "比值"]
+
+
+def test_tr_names_a_missing_entry_and_a_bad_language() -> None:
+    with pytest.raises(ValueError, match="no Chinese entry for 'not a course word'"):
+        i18n.tr("not a course word", "zh")
+    with pytest.raises(ValueError, match="lang must be one of"):
+        i18n.tr("measured", "fr")
+
+
+def test_every_chinese_entry_is_chinese_and_in_the_bundled_font() -> None:
+    fonts = _load("course_fonts")
+    have = fonts.font_chars(fonts.SUBSET)
+    missing = {c for zh in i18n.ZH.values() for c in fonts.CJK.findall(zh)} - have
+    assert not missing, f"the site's CJK font lacks {''.join(sorted(missing))}: pick other words"
+    for en, zh in i18n.ZH.items():
+        assert re.findall(r"\{[^}]*\}", en) == re.findall(r"\{[^}]*\}", zh), f"placeholders differ: {en!r}"
+
+
+# --- compare_table and the plots ----------------------------------------------------------------
+
+def test_compare_table_in_english_is_unchanged_and_in_chinese_aligns_wide_characters() -> None:
+    rows = [("bytes", 2.0, 2.0), ("x", 1, 2)]
+    assert compare_table(rows, tolerance=0.1) == (
+        "quantity | measured | theory | ratio | within tol\n"
+        "---------+----------+--------+-------+-----------\n"
+        "bytes    | 2        | 2      | 1.000 | ok        \n"
+        "x        | 1        | 2      | 0.500 | OFF       ")
+    zh = compare_table([("字节", 2.0, 2.0), ("x", 1, 2)], tolerance=0.1, lang="zh").split("\n")
+    assert zh[0].split(" | ")[1:3] == ["实测", "理论"] and "符合" in zh[2] and "超出" in zh[3]
+    # a CJK character is two columns wide: "字节" (4 columns) lines up with "x" and 3 spaces
+    assert zh[2].index("|") + 2 == zh[3].index("|") and zh[3].startswith("x    |")
+
+
+def test_a_chinese_figure_draws_its_words_in_a_cjk_font_and_is_not_shown_twice() -> None:
+    import matplotlib.pyplot as plt
+    fig, ax = plots.figure(lang="zh")
+    ax.plot([1, 2], [1, 2], label=i18n.tr("measured", "zh"))
+    ax.set(xlabel=i18n.tr("sequence length $s$", "zh"), title="7B")
+    ax.legend()
+    assert plots.glued(fig) is fig and fig.number not in plt.get_fignums()
+    texts = {t.get_text(): t.get_fontfamily() for t in fig.findobj(plt.Text) if t.get_text()}
+    assert texts["序列长度 $s$"][0] == plots.cjk_font() and texts["实测"][0] == plots.cjk_font()
+    import io
+    with _no_warnings():
+        fig.savefig(io.BytesIO(), format="png")      # no missing-glyph warning
+    with pytest.raises(ValueError, match="lang must be one of"):
+        plots.figure(lang="de")
+
+
+class _no_warnings:
+    def __enter__(self):
+        import warnings
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("error")
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+# --- the pages ----------------------------------------------------------------------------------
+
+def _pasted(text: str) -> list[str]:
+    return [a or b for a, b in PASTE.findall(CODE_CELL.sub("", text))]
+
+
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_the_chinese_page_pastes_the_chinese_table_or_figure_wherever_there_is_one(stem: str) -> None:
+    en, zh = _pages(stem)
+    glued_zh = set(re.findall(r'glue\("(\w+)_zh"', en))
+    english_on_zh = [n for n in _pasted(zh) if n in glued_zh]
+    assert not english_on_zh, f"book/zh/{stem}.md pastes the English {english_on_zh}; paste NAME_zh"
+    zh_on_en = [n for n in _pasted(en) if n.endswith("_zh")]
+    assert not zh_on_en, f"book/{stem}.md pastes the Chinese {zh_on_en}"
+    assert [n + "_zh" if n in glued_zh else n for n in _pasted(en)] == _pasted(zh)
+
+
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_no_cell_shows_a_figure_or_prints_a_table_in_english_on_both_pages(stem: str) -> None:
+    """A cell's own output appears on both editions: a converted page's cells show nothing."""
+    en, _ = _pages(stem)
+    shown = [k for k, cell in enumerate(CODE_CELL.findall(en), 1)
+             if re.search(r"plt\.show\(|\bdisplay\(|^print\(|\.draw\(", cell, re.M)
+             and k not in STILL_ENGLISH.get(stem, [])]
+    assert not shown, f"book/{stem}.md: cells {shown} show their output on both editions; glue it per edition"
+
+
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_each_glued_figure_is_named_captioned_and_described_in_both_editions(stem: str) -> None:
+    en, zh = _pages(stem)
+    cjk = re.compile(r"[\u4e00-\u9fff]")
+    figures = {ed: list(GLUE_FIGURE.finditer(text)) for ed, text in (("en", en), ("zh", zh))}
+    assert [m[1] + "_zh" for m in figures["en"]] == [m[1] for m in figures["zh"]]
+    for ed, found in figures.items():
+        for m in found:
+            options = dict(re.findall(r"^:([\w-]+): (.*)$", m[2], re.M))
+            assert options.get("name", "").startswith("fig-"), f"{ed} {m[1]}: no :name: (an unnumbered figure)"
+            assert len(options.get("alt", "").split()) >= (1 if ed == "zh" else 12), f"{ed} {m[1]}: no real :alt:"
+            if ed == "zh":
+                assert cjk.search(m[3]) and cjk.search(options["alt"]), f"{m[1]}: caption or alt not in Chinese"
+    assert [dict(re.findall(r"^:(name): (.*)$", m[2], re.M)) for m in figures["en"]] == \
+        [dict(re.findall(r"^:(name): (.*)$", m[2], re.M)) for m in figures["zh"]]
