@@ -73,7 +73,8 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     passed as ``in_flight`` receives the most microbatches whose autograd graph this rank held at
     once (stashed after F until B, or W when split; a chunk counts 1/len(chunks)). ``pace``
     {"F": s, "B": s, "W": s} emulates compute: an op that finishes sooner sleeps until it has
-    lasted that long (the messages, the order and the arithmetic stay real). ``link`` > 0
+    lasted that long, a late wake-up shortening the next op's sleep (the messages, the order and
+    the arithmetic stay real). ``link`` > 0
     emulates a slow link: each message carries its send time and is handed over no earlier than
     ``link`` seconds later; its flight is recorded as a "link" event on the receiver and the
     part of it the receiver sat waiting for as "exposed" (the rest was hidden under compute). Returns
@@ -95,11 +96,19 @@ def execute_step(ctx, chunks: Sequence[StageModule], ops: Sequence[Op], x: torch
     sends, events, loss_sum, held = [], [], 0.0, 0
     clock = _clock(x.device)
 
+    late = [0.0]         # how far the last paced op overran its pace (a late wake-up)
+
     def paced(t0: float, kind: str) -> float:
-        """End of an op begun at ``t0``: now, or with ``pace`` once it has lasted pace[kind]."""
-        if pace:
-            time.sleep(max(0.0, t0 + pace[kind] - clock()))
-        return clock()
+        """End of an op begun at ``t0``: now, or with ``pace`` once it has lasted pace[kind]; a
+        wake-up that came late is paid back by the next op (by at most half its pace), so the
+        rank's paced compute keeps to its nominal total on a busy machine."""
+        if not pace:
+            return clock()
+        want = pace[kind] - min(late[0], pace[kind] / 2)
+        time.sleep(max(0.0, t0 + want - clock()))
+        end = clock()
+        late[0] = max(0.0, end - t0 - want)
+        return end
 
     def post(i: int) -> None:
         """Post the receive that op ``i`` needs, if it needs one and it is not posted yet."""

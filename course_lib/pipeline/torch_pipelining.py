@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from .._validate import positive_int
+from .._validate import choice, positive_int
 from ..dist import launch
 from ..model import GPTConfig
 from .partition import DEMO, build_stage, make_batch
@@ -89,6 +89,7 @@ def compare_with_torch(cfg: GPTConfig = DEMO, p: int = 2, schedule_name: str = "
     that hangs (gloo's ``batch_isend_irecv`` can) is stopped after ``timeout`` s with a
     ``RankError``. Returns median step times (s), their ratio (ours / PyTorch's), the largest
     gradient difference and whether the gradients are bitwise equal."""
+    choice("schedule_name", schedule_name, ("gpipe", "1f1b", *TORCH_TWO_STAGE))
     res = launch(torch_pipelining_worker, positive_int("p", p), threads_per_rank=1, timeout=timeout,
                  cfg=cfg, name=schedule_name, m=m, mb_size=mb_size, sizes=sizes,
                  repeats=positive_int("repeats", repeats), seed=seed)
