@@ -129,7 +129,7 @@ def analyze_dumps(dumps: dict[int, dict], missing: list[int] = ()) -> Verdict:
         elif _sig(e) != ref_sig:
             kind = ("skipped" if e["name"] != ref["name"] else
                     "different collective" if e["op"] != ref["op"] else "mismatched size")
-            doing = f"in {_what(e)} with sizes {e['sizes']} {e['dtype']} (its seq {seq}, {e['state']})"
+            doing = f"in {_what(e)} with sizes {e['sizes']} {e['dtype']} (its seq {seq})"
             odd.append((r, kind, doing))
     if not odd:
         if missing:
