@@ -94,11 +94,15 @@ CLAIMS: tuple[Claim, ...] = (
           "nothing extra — the extra Ψ is the parameter re-gather for the backward pass.",
           "rajbhandari2020zero", ("book/04_dp_fsdp.md#sec-04-seed-claim", "book/04_dp_fsdp.md#sec-04-fsdp")),
     Claim(3, "Critical batch 10M tokens with 10K-token sequences → at most 1K GPUs.",
-          "TRUE, with caveats", "10⁷/10⁴ = 1000 bounds the data-parallel degree, not the GPU count: tensor, "
-          "context and expert parallelism, which split one sequence's work, multiply it; pipeline "
-          "parallelism does not (its m ≥ p microbatches count against the same batch).",
+          "TRUE, with caveats", "10⁷/10⁴ = 1000 bounds the data-parallel degree, not the GPU count: tensor and "
+          "context parallelism, which split one sequence's work, multiply it; expert and pipeline "
+          "parallelism do not (EP ranks, and a pipeline's m ≥ p microbatches, each need sequences of the "
+          "same batch). And 10M tokens is no constant: the critical batch grows as the loss falls "
+          "(chapter 16 measures it on the tiny GPT, two ways); 10M is what Kaplan et al.'s fitted "
+          "B_crit(L) gives late in a run on their data, far more than it allows early on.",
           "mccandlish2018largebatch",
-          ("book/04_dp_fsdp.md#sec-04-batch-floor", "book/11_tensor_context.md#sec-11-batch-floor")),
+          ("book/04_dp_fsdp.md#sec-04-batch-floor", "book/11_tensor_context.md#sec-11-batch-floor",
+           "book/16_batch_size.md#sec-16-critical", "book/16_batch_size.md#sec-16-ceiling")),
     Claim(4, "B300 has 288 GB of HBM.", "TRUE", "288 GB HBM3e per GPU (datasheet); usable capacity can be "
           "a little lower.", "NVIDIA B300 documentation",
           ("book/01_flops.md#sec-01-days", "book/04_dp_fsdp.md#sec-04-dp")),
