@@ -151,6 +151,17 @@ def test_a_killed_rank_is_restored_from_its_peers_memory_bit_identical(tmp_path,
     assert all(row["memory_s"] > 0 and row["disk_s"] > 0 and row["disk_step"] == 2 for row in r["rows"])
 
 
+@pytest.mark.serial
+def test_the_restore_from_memory_is_faster_than_dcp_from_disk(tmp_path, shm):
+    """The same ranks, the same shards (1 MiB each): the in-memory restore (own node, or the peer
+    over gloo, digests checked) against chapter 12's DCP restore (verified, then loaded)."""
+    from course_lib.triage.memory_runs import kill_and_restore
+    r = kill_and_restore(tmp_path, shm, world_size=4, victim=1, steps=3, disk_step=2, elements=1 << 18)
+    memory = sorted(row["memory_s"] for row in r["rows"])
+    disk = sorted(row["disk_s"] for row in r["rows"])
+    assert memory[2] < disk[2], (memory, disk)
+
+
 @pytest.mark.parametrize("how,why", [("peer_dead", "the copy held by its peer rank 0 is gone"),
                                      ("corrupt_peer", "the copy held by its peer rank 0 is corrupt: its SHA-256")])
 def test_no_good_copy_in_memory_falls_back_to_disk_by_name(tmp_path, shm, how, why):
