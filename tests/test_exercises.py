@@ -3,6 +3,7 @@
 (graded with ``--lang zh``: the Chinese feedback keeps the English term in parentheses, so the same
 check reads both, and the run proves the language reaches the reports end to end)."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,14 +44,26 @@ def _rows(report):
             yield nb, row
 
 
+def _english(folder: Path, into: Path) -> Path:
+    """The folder's English notebooks alone, copied: solutions/zh and exercises/zh hold the Chinese
+    twins, which a class-folder grade would take for a student named "zh" and grade a second time
+    (tests/test_grading_twin.py grades a twin; tests/test_twins.py holds every twin to its English)."""
+    into.mkdir()
+    for nb in sorted(folder.glob("*.ipynb")):
+        shutil.copy2(nb, into / nb.name)
+    return into
+
+
 @pytest.fixture(scope="module")
 def graded_masters(tmp_path_factory):
-    return _grade(ROOT / "solutions", tmp_path_factory.mktemp("masters"), 100)
+    tmp = tmp_path_factory.mktemp("masters")
+    return _grade(_english(ROOT / "solutions", tmp / "solutions"), tmp / "out", 100)
 
 
 @pytest.fixture(scope="module")
 def graded_students(tmp_path_factory):
-    return _grade(ROOT / "exercises", tmp_path_factory.mktemp("students"), 1, "--lang", "zh")
+    tmp = tmp_path_factory.mktemp("students")
+    return _grade(_english(ROOT / "exercises", tmp / "exercises"), tmp / "out", 1, "--lang", "zh")
 
 
 def test_masters_score_full_marks(graded_masters):
