@@ -112,7 +112,9 @@ def test_kaplan_law_and_the_ceiling_it_sets():
 @pytest.mark.parametrize("call, name", [
     (lambda: batch.critical_batch_tokens(0.0), "loss"), (lambda: batch.critical_batch_tokens(2.0, "x"), "law_name"),
     (lambda: batch.dp_ceiling(2.0, 0), "seq_len"), (lambda: batch.gpus_allowed(2.0, 4096, tp=0), "tp"),
-    (lambda: batch.dp_ceiling(2.0, 4096, pp=1.5), "pp"), (lambda: batch.dp_ceiling(9.0, 10 ** 9), "seq_len")])
+    (lambda: batch.dp_ceiling(2.0, 4096, pp=1.5), "pp"), (lambda: batch.dp_ceiling(9.0, 10 ** 9), "^loss"),
+    (lambda: batch.dp_ceiling(9.0, 8192), r"^loss \(9\.0\).*seq_len=8192"),
+    (lambda: batch.gpus_allowed(2.0, 4096, pp=4096), "^loss.*pp=4096")])
 def test_ceiling_names_the_bad_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()

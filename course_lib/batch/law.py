@@ -73,7 +73,12 @@ def dp_ceiling(loss: float, seq_len: int, pp: int = 1, law_name: str = "kaplan20
     replica and microbatch, with ``pp`` ≥ 1 microbatches per pipeline (m ≥ p keeps its bubble under
     a half). ``comm.max_dp_degree`` on the law's B_crit."""
     p = positive_int("pp", pp)
-    return comm.max_dp_degree(critical_batch_tokens(loss, law_name), positive_int("seq_len", seq_len) * p)
+    s = positive_int("seq_len", seq_len)
+    b = critical_batch_tokens(loss, law_name)
+    if b < s * p:
+        raise ValueError(f"loss ({loss!r}) gives a critical batch of {b:.4g} tokens, less than one sequence "
+                         f"per pipeline stage (seq_len={s} × pp={p}): not even one replica fits")
+    return comm.max_dp_degree(b, s * p)
 
 
 @calculator
