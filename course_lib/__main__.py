@@ -41,8 +41,6 @@ CALCULATORS = [
     ("comm_alltoall", "ulysses_bytes_per_layer"), ("comm_alltoall", "ring_kv_bytes_per_layer"),
     ("comm_alltoall", "ulysses_over_ring"), ("comm_alltoall", "ep_node_copies"),
     ("faults", "async_goodput"), ("faults", "storage_rate_needed"),
-    ("batch", "noise_scale"), ("batch", "pareto_fit"), ("batch", "critical_batch_tokens"),
-    ("batch", "largest_useful_batch"), ("batch", "dp_ceiling"), ("batch", "gpus_allowed"),
 ]
 
 
@@ -223,10 +221,6 @@ UNITS = {
     "ep_node_bytes": (("inside a node (NVLink)", "bytes"), ("across nodes (network)", "bytes")),
     "ulysses_bytes_per_layer": "bytes", "ring_kv_bytes_per_layer": "bytes", "ulysses_over_ring": "x",
     "ep_node_copies": "copies", "async_goodput": "fraction", "storage_rate_needed": "bytes/s",
-    "noise_scale": "examples",
-    "pareto_fit": (("S_min", "steps"), ("E_min", "examples"), ("B_crit", "examples")),
-    "critical_batch_tokens": "tokens", "largest_useful_batch": "sequences", "dp_ceiling": "replicas",
-    "gpus_allowed": "GPUs",
 }
 
 
