@@ -81,18 +81,113 @@ ZH: Mapping[str, str] = MappingProxyType({
     "work lost per failure (s)": "每次故障损失的计算（s）",
     "per-GPU MTBF {mtbf:.1f} years, restart {restart:.0f} min":
         "单卡 MTBF {mtbf:.1f} 年，重启 {restart:.0f} min",
+    # --- chapter 6: loss stability ---
+    "part": "组成部分",
+    "bytes": "字节数",
+    "what it decides": "它决定什么",
+    "weights (FP32 master)": "权重（FP32 主副本）",
+    "the model": "模型本身",
+    "AdamW moments m, v": "AdamW 的矩 m、v",
+    "2 × 4 bytes per parameter": "每个参数 2 × 4 字节",
+    "step counter": "步数计数器",
+    "t = {t}: LR schedule and bias correction": "t = {t}：学习率调度与偏差修正",
+    "data loader": "数据加载器",
+    "seed {seed}, position {position}": "种子 {seed}，位置 {position}",
+    "loss scaler": "损失缩放器",
+    "scale {scale:g}, good steps {good}": "缩放系数 {scale:g}，连续正常步数 {good}",
+    "RNG state": "随机数生成器状态",
+    "PyTorch generator and Python's random": "PyTorch 的生成器和 Python 的 random",
+    "corrupted batches 100–114": "被破坏的 batch 100–114",
+    "LR ×50 at steps 100–102": "第 100–102 步学习率 ×50",
+    "clean run": "干净的运行",
+    "perturbed run": "受扰动的运行",
+    "step": "步数",
+    "30-step warmup": "30 步预热",
+    "no warmup": "不预热",
+    "peak LR 0.4: warmup vs none": "峰值学习率 0.4：预热与不预热",
+    "training loss (nats/byte)": "训练损失（nat/字节）",
+    "median |Δw|, no clipping": "|Δw| 的中位数，不裁剪",
+    "median |Δw|, gradient clipped from norm {norm:.1f} to 0.1": "|Δw| 的中位数，梯度范数从 {norm:.1f} 裁剪到 0.1",
+    "first AdamW step, LR 0.4": "AdamW 第一步，学习率 0.4",
+    "theory η": "理论 η",
+    "clean": "干净",
+    "corrupted window": "被破坏的窗口",
+    "LR jump": "学习率跳升",
+    "no warmup, LR 0.4": "不预热，学习率 0.4",
+    "none": "无",
+    "run": "运行",
+    "steps flagged": "标记的步数",
+    "first flagged steps": "最先标记的几步",
+    "corrupted positions": "被破坏的位置",
+    "unguarded run": "未受保护的运行",
+    "undone by the rollback": "被回滚撤销",
+    "guarded run (kept)": "受保护的运行（保留）",
+    "optimizer step": "优化器步数",
+    "training loss": "训练损失",
+    "spike → rollback → skip → continue": "尖峰 → 回滚 → 跳过 → 继续",
+    "guarded run vs clean run": "受保护的运行 / 干净的运行",
+    "unguarded run vs clean run": "未受保护的运行 / 干净的运行",
+    "final validation loss": "最终验证损失",
+    "format": "格式",
+    "largest": "最大值",
+    "smallest normal": "最小正规数",
+    "smallest subnormal": "最小次正规数",
+    "precision (eps)": "精度（eps）",
+    "value": "数值",
+    "→ FP16": "→ FP16",
+    "→ BF16": "→ BF16",
+    "overflow": "溢出",
+    "zero": "变成零",
+    "subnormal": "次正规数",
+    "normal": "正规数",
+    "tokens / batch": "每个 batch 的 token 数",
+    "flushed to 0: measured": "变成 0：实测",
+    "predicted": "预测",
+    "weight-gradient error": "权重梯度误差",
+    "FP32 values": "FP32 的值",
+    "FP16 (as stored)": "FP16（存储后）",
+    "FP16 × 2^16 (as stored)": "FP16 × 2^16（存储后）",
+    "← exact zeros": "← 恰好为零",
+    "smallest subnormal 2^-24": "最小次正规数 2^-24",
+    "smallest normal 2^-14": "最小正规数 2^-14",
+    "largest 65504": "最大值 65504",
+    "count": "个数",
+    "logit gradients, 2048 tokens per batch": "logit 梯度，每个 batch 2048 个 token",
+    " + loss scaling": " + 损失缩放",
+    "FP16 step with non-finite loss (all cells)": "损失不是有限值的 FP16 步（所有配置）",
+    "FP16 max 65504": "FP16 最大值 65504",
+    "max |q·kᵀ| (before 1/√d)": "max |q·kᵀ|（乘 1/√d 之前）",
+    "peak LR 0.4, warmup 30, clip 1.0": "峰值学习率 0.4，预热 30 步，裁剪 1.0",
+    "yes": "是",
+    "no": "否",
+    " + scaling": " + 缩放",
+    "run status\x04ok": "正常",
+    "run status\x04diverged": "发散",
+    "run status\x04stalled": "停滞",
+    " at step {step}": "（第 {step} 步）",
+    "precision": "精度",
+    "warmup": "预热",
+    "clipping": "裁剪",
+    "outcome": "结果",
+    "skipped steps": "跳过的步数",
+    "max loss after step 5": "第 5 步之后的最大损失",
+    "final val. loss": "最终验证损失",
 })
 
 
-def tr(text: str, lang: str = "en", **values: object) -> str:
+def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> str:
     """``text`` in ``lang``: itself in English, its entry of :data:`ZH` in Chinese; with ``values``
-    the text is a ``str.format`` template, filled after translating. Raises ValueError for an unknown
-    language and for English text with no Chinese entry (naming it, so the fix is one line here)."""
+    the text is a ``str.format`` template, filled after translating. A word that reads two ways ("ok":
+    a verdict, or how a run ended) takes a ``context``, its key ``context + "\\x04" + text`` (gettext's
+    msgctxt). Raises ValueError for an unknown language and for English text with no Chinese entry
+    (naming it, so the fix is one line here)."""
     choice("lang", lang, LANGS)
     if lang == "zh":
-        if text not in ZH:
-            raise ValueError(f"no Chinese entry for {text!r}: add it to course_lib/i18n.py ZH")
-        text = ZH[text]
+        key = f"{context}\x04{text}" if context else text
+        if key not in ZH:
+            raise ValueError(f"no Chinese entry for {text!r}{f' ({context})' if context else ''}: "
+                             "add it to course_lib/i18n.py ZH")
+        text = ZH[key]
     return text.format(**values) if values else text
 
 
