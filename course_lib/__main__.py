@@ -41,6 +41,9 @@ CALCULATORS = [
     ("comm_alltoall", "ulysses_bytes_per_layer"), ("comm_alltoall", "ring_kv_bytes_per_layer"),
     ("comm_alltoall", "ulysses_over_ring"), ("comm_alltoall", "ep_node_copies"),
     ("faults", "async_goodput"), ("faults", "storage_rate_needed"),
+    ("batch", "noise_scale"), ("batch", "pareto_fit"), ("batch", "critical_batch_tokens"),
+    ("batch", "largest_useful_batch"), ("batch", "dp_ceiling"), ("batch", "gpus_allowed"),
+    ("triage.goodput", "triage_goodput"), ("triage.goodput", "detection_rate_needed"),
 ]
 
 
@@ -158,6 +161,12 @@ UNITS = {
     "ep_node_bytes": (("inside a node (NVLink)", "bytes"), ("across nodes (network)", "bytes")),
     "ulysses_bytes_per_layer": "bytes", "ring_kv_bytes_per_layer": "bytes", "ulysses_over_ring": "x",
     "ep_node_copies": "copies", "async_goodput": "fraction", "storage_rate_needed": "bytes/s",
+    "noise_scale": "examples",
+    "pareto_fit": (("S_min", "steps"), ("E_min", "examples"), ("B_crit", "examples")),
+    "critical_batch_tokens": "tokens", "largest_useful_batch": "sequences", "dp_ceiling": "replicas",
+    "gpus_allowed": "GPUs", "detection_rate_needed": "fraction",
+    "triage_goodput": (("goodput", "fraction"), ("interval_seconds", "s"), ("lost_per_failure_seconds", "s"),
+                       ("lost_work_seconds", "s")),
 }
 
 
@@ -172,7 +181,7 @@ def _field_unit(name: str) -> str:
         return "bytes"
     if name.endswith(("_s", "_seconds")) or name in ("breakdown", "hidden"):
         return "s"
-    return {"mfu": "fraction", "domain_size": "GPUs", "microbatches": "microbatches"}.get(name, "")
+    return {"mfu": "fraction", "goodput": "fraction", "domain_size": "GPUs", "microbatches": "microbatches"}.get(name, "")
 
 
 def _scaled(x: float, unit: str) -> str:
@@ -206,7 +215,7 @@ def _with_unit(x, unit: str) -> str:
 
 
 def _render(name: str, result) -> str:
-    """The answer with its units: a number on one line, a tuple or a dataclass one part a line."""
+    """The answer with its units: a number on one line, a tuple, a dict or a dataclass one part a line."""
     unit = UNITS.get(name, "")
     if hasattr(result, "__dataclass_fields__"):
         lines = [f"layout: {result.shape()}"] if callable(getattr(result, "shape", None)) else []
@@ -220,6 +229,9 @@ def _render(name: str, result) -> str:
             elif v != "" or k != "notes":
                 lines.append(f"{k}: {_with_unit(v, u)}")
         return "\n".join(lines + ([f"explanation:\n{textwrap.indent(text, '  ')}"] if text else []))
+    if isinstance(result, dict):          # triage_goodput: one field a line, each with its unit
+        units = dict(unit) if isinstance(unit, tuple) else {}
+        return "\n".join(f"{k}: {_with_unit(v, units.get(k, _field_unit(k)))}" for k, v in result.items())
     if isinstance(result, tuple) and isinstance(unit, tuple) and len(unit) == len(result):
         return "\n".join(f"{label}: {_with_unit(x, u)}" for (label, u), x in zip(unit, result))
     return _with_unit(result, unit if isinstance(unit, str) else "")

@@ -69,6 +69,9 @@ VALID = dict(
     nics_per_node=8, nic_bits_per_s=400e9, kv_heads=8, usable_fraction=0.9, flash_attention=True,
     max_cp=16, max_zero=3, ffn_dim=14336, vocab_size=128256, vocab_parallel=True, chunks=1,
     tokens=4096, ep=64, max_nodes=2, n_nodes=4, stall_seconds=0.016, write_seconds=10.0,
+    sq_norm_small=2.0, batch_small=4, sq_norm_big=0.5, batch_big=64, batch_sizes=[4, 8, 16, 32],
+    steps=[1200, 650, 380, 240], loss=2.0, law_name="kaplan2020", pp=4,
+    diagnose_seconds=600.0, flips_per_gpu_hour=1e-6, run_hours=1300.0, max_undetected=0.1,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
@@ -79,7 +82,7 @@ OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": d
 ZERO_OK = {"reserved_bytes", "optimizer_bytes", "size_bytes", "latency", "inference_tokens", "stage",
            "input_tokens", "price_in_per_mtok", "batch_discount", "input_per_output", "cached_fraction",
            "cache_read_multiplier", "hidden_per_visible", "capacity", "value", "x", "restart_seconds",
-           "max_zero", "seed", "write_seconds"}
+           "max_zero", "seed", "write_seconds", "diagnose_seconds", "max_undetected"}
 NEGATIVE_OK = {"value", "increment", "x"}
 # Where an infinite answer is the true one (a running sum that overflows the format).
 INF_OK = {"sequential_sum", "stall_point"}

@@ -52,9 +52,10 @@ def noise_scale(sq_norm_small: float, batch_small: float, sq_norm_big: float, ba
     """
     g2, tr = noise_parts(sq_norm_small, batch_small, sq_norm_big, batch_big)
     if g2 <= 0:
-        raise ValueError(f"sq_norm_big ({sq_norm_big!r}) is too large against sq_norm_small "
-                         f"({sq_norm_small!r}): the estimated |G|² is {g2:.3g} <= 0; average more "
-                         "draws before taking the ratio")
+        raise ValueError(f"sq_norm_big ({sq_norm_big!r}) at batch_big ({batch_big!r}) is too small against "
+                         f"sq_norm_small ({sq_norm_small!r}) at batch_small ({batch_small!r}): the estimated "
+                         f"|G|² = (batch_big·sq_norm_big − batch_small·sq_norm_small)/(batch_big − batch_small) "
+                         f"is {g2:.3g} <= 0; average more draws before taking the ratio")
     if tr < 0:
         raise ValueError(f"sq_norm_small ({sq_norm_small!r}) is below sq_norm_big ({sq_norm_big!r}): "
                          "a smaller batch cannot have a less noisy gradient on average")
