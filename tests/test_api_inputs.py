@@ -36,16 +36,18 @@ OTHERS = [
     ("distill", "distill_calculator"),
     ("faults", "implied_gpu_mtbf"), ("faults", "daly_checkpoint_interval"), ("faults", "goodput_exponential"),
     ("faults", "expected_lost_seconds"), ("faults", "checkpoint_bytes_per_rank"), ("faults", "save_seconds"),
-    ("faults", "async_blocking_seconds"), ("faults", "simulate_goodput"),
+    ("faults", "async_blocking_seconds"), ("faults", "simulate_goodput"), ("batch", "pareto_steps"),
 ]
-MODULES = ("flops", "scaling", "memory", "comm", "pipeline", "numerics", "moe", "distill", "hardware", "faults")
+MODULES = ("flops", "scaling", "memory", "comm", "pipeline", "numerics", "moe", "distill", "hardware", "faults",
+           "batch", "triage.goodput")
 # Public functions of those modules that are not plain-number calculators (arrays, models, plots).
 NOT_CALCULATORS = {"gpt_params", "get_fit", "fit_power_law", "fit_loss", "isoflop_minimum", "simulate",
                    "resolve_dtype", "format_info", "ulp_table", "running_sum", "pairwise_sum", "kahan_sum",
                    "stochastic_round", "stochastic_sum", "compare_summation", "token_choice", "expert_choice",
                    "mask_router", "switch_aux_loss", "entropy", "cross_entropy", "kl_divergence",
                    "render_distill", "cost_figure", "distill_widget", "accelerator_names", "lookup",
-                   "saved_activation_bytes"}
+                   "saved_activation_bytes", "noise_scale_stats", "steps_to_target", "law",
+                   "llama3_interruptions_per_day"}
 
 # One valid value per argument name (names mean the same thing in every module) ...
 VALID = dict(
@@ -71,7 +73,7 @@ VALID = dict(
     tokens=4096, ep=64, max_nodes=2, n_nodes=4, stall_seconds=0.016, write_seconds=10.0,
     sq_norm_small=2.0, batch_small=4, sq_norm_big=0.5, batch_big=64, batch_sizes=[4, 8, 16, 32],
     steps=[1200, 650, 380, 240], loss=2.0, law_name="kaplan2020", pp=4,
-    diagnose_seconds=600.0, flips_per_gpu_hour=1e-6, run_hours=1300.0, max_undetected=0.1,
+    batch_size=32, s_min=200.0, b_crit=40.0, diagnose_seconds=600.0, flips_per_gpu_hour=1e-6, run_hours=1300.0, max_undetected=0.1,
 )
 # ... except where one function reads a name differently.
 OVERRIDES = {"expert_capacity": dict(n_tokens=4096), "expected_drop_fraction": dict(n_tokens=4096),
