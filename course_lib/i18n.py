@@ -172,6 +172,44 @@ ZH: Mapping[str, str] = MappingProxyType({
     "skipped steps": "跳过的步数",
     "max loss after step 5": "第 5 步之后的最大损失",
     "final val. loss": "最终验证损失",
+    # --- chapter 10: pipeline RL ---
+    "learner: optimizer step": "学习器：优化器步",
+    "actor decoding, {k} of {slots} slots busy": "actor 解码，{slots} 个槽位中 {k} 个忙碌",
+    "blank: waiting for weights": "空白：等待权重",
+    "actor {k}": "actor {k}",
+    "learner": "学习器",
+    "time (s)": "时间（s）",
+    "α = {alpha}: E[L] = {mean:,.0f} tokens": "α = {alpha}：E[L] = {mean:,.0f} token",
+    "simulator, α = 1.2 (20 steps)": "模拟器，α = 1.2（20 步）",
+    "sequences per synchronous step $n$": "每个同步步的序列数 $n$",
+    "generator utilisation": "生成器利用率",
+    "The straggler tax: E[L] / E[max of n lengths]": "掉队者税：E[L] / E[n 个长度的最大值]",
+    "limit  | E[L]   | std    | U_sync (n = 512)": "上限   | E[L]   | 标准差 | U_sync (n = 512)",
+    "every length of the 16,384 case doubled: U_sync = {doubled:.3f} (unchanged: {plain:.3f})":
+        "把上限 16,384 那一行的每个长度都加倍：U_sync = {doubled:.3f}（不变：{plain:.3f}）",
+    "{mode} (simulated): utilisation {u:.2f}, {steps:.0f} optimizer steps/s":
+        "{mode}（模拟）：利用率 {u:.2f}，每秒 {steps:.0f} 个优化器步",
+    "mode     | utilisation | tokens/s | steps/s | mean lag | sequences with >1 version":
+        "模式     | 利用率      | tokens/s | steps/s | 平均滞后 | 由多个版本写成的序列",
+    "B = {B:2d}: mean lag (versions)": "B = {B:2d}：平均滞后（版本数）",
+    "mean {lag:.2f}": "平均 {lag:.2f}",
+    "lag of a token (versions)": "token 的滞后（版本数）",
+    "share of trained tokens": "占训练 token 的比例",
+    "PipelineRL, lab setting": "PipelineRL，实验的设置",
+    "mean lag of its tokens": "其 token 的平均滞后",
+    "share written by >1 version": "由多个版本写成的比例",
+    "sequence length (tokens)": "序列长度（token）",
+    "long sequences carry the stale tokens": "陈旧的 token 都在长序列里",
+    "PipelineRL on 3 real processes: {steps} optimizer steps in {wall:.2f} s, utilisation {u:.2f}":
+        "3 个真实进程上的 PipelineRL：{wall:.2f} s 内 {steps} 个优化器步，利用率 {u:.2f}",
+    "|log π_generator − log π_learner|, same weights": "|log π_generator − log π_learner|，权重相同",
+    "mean": "平均",
+    "max": "最大",
+    "fp32 KV-cache decoder vs full forward": "fp32 KV 缓存解码器对比完整前向",
+    "bf16 KV-cache decoder vs fp32 full forward": "bf16 KV 缓存解码器对比 fp32 完整前向",
+    "real run, KV cache from older weights vs fresh": "真实运行，旧权重的 KV 缓存对比重新计算",
+    " (max over the vocabulary, {n} swaps)": "（词表上的最大值，{n} 次换入）",
+    "batch | mode     | util.  | tokens/s  | steps/h | lag": "batch | 模式     | 利用率 | tokens/s  | steps/h | 滞后",
 })
 
 

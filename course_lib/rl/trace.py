@@ -111,26 +111,30 @@ def _busy_map():
     return LinearSegmentedColormap.from_list("busy", [IDLE_SHADE, plots.THEORY])
 
 
-def timeline_legend(fig, slots: int = 4, ncol: int = 3):
+def timeline_legend(fig, slots: int = 4, ncol: int = 3, lang: str = "en"):
     """The key to :func:`draw`'s timelines, once per figure: the learner's steps, an actor's decode
-    steps at a few shares of busy slots, and blank for waiting."""
+    steps at a few shares of busy slots, and blank for waiting (``lang="zh"``: in Chinese)."""
     from matplotlib.patches import Patch
     from .. import plots
+    from ..i18n import tr as say
     busy = _busy_map()
-    shades = [(plots.ACCENT, "learner: optimizer step")] + [
-        (busy(k / slots), f"actor decoding, {k} of {slots} slots busy") for k in sorted({slots, slots // 2, 1}, reverse=True)]
+    shades = [(plots.ACCENT, say("learner: optimizer step", lang))] + [
+        (busy(k / slots), say("actor decoding, {k} of {slots} slots busy", lang, k=k, slots=slots))
+        for k in sorted({slots, slots // 2, 1}, reverse=True)]
     handles = [Patch(facecolor=c, edgecolor="#999999", lw=0.5, label=s) for c, s in shades]
-    handles.append(Patch(facecolor="white", edgecolor="#999999", lw=0.5, label="blank: waiting for weights"))
+    handles.append(Patch(facecolor="white", edgecolor="#999999", lw=0.5, label=say("blank: waiting for weights", lang)))
     return fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=8)
 
 
-def draw(trace: Trace, ax=None, t_max: float | None = None, title: str | None = None):
+def draw(trace: Trace, ax=None, t_max: float | None = None, title: str | None = None, lang: str = "en"):
     """Timeline of a trace: the learner's optimizer steps on top, then one row per actor whose
     decode steps are shaded by the share of busy slots (dark = all busy, pale = stragglers
-    only, blank = waiting). Returns the axes."""
+    only, blank = waiting). Returns the axes. ``lang="zh"`` labels the rows and the time axis in
+    Chinese (the title is the caller's)."""
     from .. import plots
+    from ..i18n import tr as say
     if ax is None:
-        _, ax = plots.figure(figsize=(7.2, 0.5 * trace.n_actors + 1.6))
+        _, ax = plots.figure(figsize=(7.2, 0.5 * trace.n_actors + 1.6), lang=lang)
     t_max = trace.window[1] if t_max is None else positive("t_max", t_max)
     cmap = _busy_map()
     n = trace.n_actors
@@ -147,10 +151,10 @@ def draw(trace: Trace, ax=None, t_max: float | None = None, title: str | None = 
     tr = trace.train[trace.train[:, 0] < t_max]
     ax.broken_barh([(t0, min(t1, t_max) - t0) for t0, t1 in tr], (n - 0.4, 0.8), facecolors=plots.ACCENT,
                    edgecolors="white", linewidth=0.3)
-    ax.set_yticks(range(n + 1), [f"actor {n - i}" for i in range(n)] + ["learner"])
+    ax.set_yticks(range(n + 1), [say("actor {k}", lang, k=n - i) for i in range(n)] + [say("learner", lang)])
     ax.set_xlim(0, t_max)
     ax.set_ylim(-0.6, n + 0.6)
-    ax.set_xlabel("time (s)")
+    ax.set_xlabel(say("time (s)", lang))
     ax.grid(False)
     if title:
         ax.set_title(title, fontsize=10)
