@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .._validate import positive
+from .._validate import calculator, positive
 
 __all__ = ["pareto_fit", "pareto_steps", "steps_to_target"]
 
@@ -52,6 +52,7 @@ def pareto_fit(batch_sizes: list[float], steps: list[float]) -> tuple[float, flo
     return a, b, b / a
 
 
+@calculator
 def pareto_steps(batch_size: float, s_min: float, b_crit: float) -> float:
     """Steps the fitted front predicts at ``batch_size``: S_min(1 + B_crit/B)."""
     return positive("s_min", s_min) * (1 + positive("b_crit", b_crit) / positive("batch_size", batch_size))
