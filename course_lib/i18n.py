@@ -17,12 +17,14 @@ The Chinese text must be in the site's bundled CJK font (book/_ext/course_fonts.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
 from course_lib._validate import choice
 
 LANGS = ("en", "zh")
+WORD = re.compile(r"[A-Za-z]{2,}")     # text without a word of two letters is symbols, the same in Chinese
 
 ZH: Mapping[str, str] = MappingProxyType({
     # --- course_lib.report.compare_table ---
@@ -210,6 +212,48 @@ ZH: Mapping[str, str] = MappingProxyType({
     "real run, KV cache from older weights vs fresh": "真实运行，旧权重的 KV 缓存对比重新计算",
     " (max over the vocabulary, {n} swaps)": "（词表上的最大值，{n} 次换入）",
     "batch | mode     | util.  | tokens/s  | steps/h | lag": "batch | 模式     | 利用率 | tokens/s  | steps/h | 滞后",
+    # --- chapter 2: scaling ---
+    "budget": "预算",
+    "fit": "拟合",
+    "hoffmann": "hoffmann",
+    "hoffmann (unrounded)": "hoffmann（未舍入）",
+    "besiroglu": "besiroglu",
+    "20 tokens/param": "每参数 20 个 token",
+    "N* at 5.76e23": "5.76e23 时的 N*",
+    "Hoffmann Table 3 (Approach 1)": "Hoffmann Table 3（方法 1）",
+    "Hoffmann Table 3": "Hoffmann Table 3",
+    "compute C (FLOP)": "计算量 C（FLOP）",
+    "optimal parameters N*": "最优参数量 N*",
+    "tokens per parameter D*/N*": "每参数 token 数 D*/N*",
+    "Table 3: N": "Table 3：N",
+    "N* Hoffmann (printed)": "N* Hoffmann（印出的）",
+    "N* Besiroglu": "N* Besiroglu",
+    "model": "模型",
+    "D (tokens)": "D（token）",
+    "tokens/param": "token/参数",
+    "source": "出处",
+    "iso-loss configuration": "等损失配置",
+    "Hoffmann (printed)": "Hoffmann（印出的）",
+    "Besiroglu refit": "Besiroglu 重拟合",
+    "smallest reachable N": "能达到的最小 N",
+    "source notes: 2/3 N on 2× D, '+33 %'": "原始笔记：2/3 N 配 2× D，“+33 %”",
+    "model size N / N*": "模型大小 N / N*",
+    "extra training compute at equal loss (%)": "损失相同时额外的训练计算量（%）",
+    "lifetime inference tokens / D*": "生命周期推理 token 数 / D*",
+    "optimal N / N*": "最优 N / N*",
+    "total FLOPs saved vs Chinchilla (%)": "相对 Chinchilla 节省的总 FLOP（%）",
+    "Approach 2 minima": "方法 2 的最低点",
+    "parameters N": "参数量 N",
+    "validation loss (nats/byte)": "验证损失（nat/字节）",
+    "measured IsoFLOP curves (markers), Approach 3 fit (lines)": "实测的 IsoFLOP 曲线（点），方法 3 的拟合（线）",
+    "C (FLOP)": "C（FLOP）",
+    "C = 6ND (FLOP)": "C = 6ND（FLOP）",
+    "rule / fit": "法则 / 拟合",
+    "predicted loss": "预测损失",
+    "days": "天数",
+    "20 tokens/param: {n}": "每参数 20 个 token：{n}",
+    "parameters N (D = C/6N)": "参数量 N（D = C/6N）",
+    "IsoFLOP line, C = {c:.2g} FLOP": "IsoFLOP 线，C = {c:.2g} FLOP",
 })
 
 
@@ -217,11 +261,14 @@ def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> s
     """``text`` in ``lang``: itself in English, its entry of :data:`ZH` in Chinese; with ``values``
     the text is a ``str.format`` template, filled after translating. A word that reads two ways ("ok":
     a verdict, or how a run ended) takes a ``context``, its key ``context + "\\x04" + text`` (gettext's
-    msgctxt). Raises ValueError for an unknown language and for English text with no Chinese entry
+    msgctxt). Text with no word of two Latin letters ("N = √(C/120)", "δ/M") is symbols and stays as
+    it is. Raises ValueError for an unknown language and for English text with no Chinese entry
     (naming it, so the fix is one line here)."""
     choice("lang", lang, LANGS)
     if lang == "zh":
         key = f"{context}\x04{text}" if context else text
+        if key not in ZH and not WORD.search(text):
+            return text.format(**values) if values else text     # symbols only: "N = √(C/120)", "D*/N*"
         if key not in ZH:
             raise ValueError(f"no Chinese entry for {text!r}{f' ({context})' if context else ''}: "
                              "add it to course_lib/i18n.py ZH")

@@ -50,15 +50,18 @@ def render_scaling(result: Mapping) -> str:
     ])
 
 
-def isoflop_figure(compute: float, fits: Iterable[str] = ("hoffmann", "besiroglu"), span: float = 10.0):
+def isoflop_figure(compute: float, fits: Iterable[str] = ("hoffmann", "besiroglu"), span: float = 10.0,
+                   lang: str = "en"):
     """Predicted loss along the IsoFLOP line C = 6ND for each fit, N from N*/span to N*·span,
-    with each fit's optimum and the 20-tokens/param point marked. Returns a matplotlib figure."""
+    with each fit's optimum and the 20-tokens/param point marked. Returns a matplotlib figure
+    (``lang="zh"``: its words in Chinese, from ``course_lib.i18n``)."""
     import numpy as np
 
     from .. import plots
+    from ..i18n import tr
     c = positive("compute", compute)
     span = positive("span", span)
-    fig, ax = plots.figure()
+    fig, ax = plots.figure(lang=lang)
     for fit, color in zip(fits, (plots.THEORY, plots.NEUTRAL, plots.ACCENT)):
         lf = scaling.get_fit(fit)
         n_star, _ = scaling.compute_optimal(c, fit)
@@ -66,9 +69,9 @@ def isoflop_figure(compute: float, fits: Iterable[str] = ("hoffmann", "besiroglu
         ax.plot(n, lf.loss(n, c / (6 * n)), color=color, label=f"{fit}: N* = {si(n_star)}")
         ax.plot([n_star], [lf.loss(n_star, c / (6 * n_star))], "o", color=color)
     n20, _ = scaling.compute_optimal(c, "tokens_per_param")
-    ax.axvline(n20, color="grey", ls=":", lw=1, label=f"20 tokens/param: {si(n20)}")
-    ax.set(xscale="log", xlabel="parameters N (D = C/6N)", ylabel="predicted loss",
-           title=f"IsoFLOP line, C = {c:.2g} FLOP")
+    ax.axvline(n20, color="grey", ls=":", lw=1, label=tr("20 tokens/param: {n}", lang, n=si(n20)))
+    ax.set(xscale="log", xlabel=tr("parameters N (D = C/6N)", lang), ylabel=tr("predicted loss", lang),
+           title=tr("IsoFLOP line, C = {c:.2g} FLOP", lang, c=c))
     ax.legend()
     return fig
 
