@@ -90,11 +90,46 @@ def _kinds(en: dict, zh: dict, zh_name: str) -> list[str]:
     return []
 
 
-def _twin_metadata(en_meta: dict) -> dict:  # the English notebook's, with course.lang = zh
+def _twin_metadata(en_meta: dict, zh_meta: dict | None = None) -> dict:
+    """The English notebook's metadata, with course.lang = zh and the twin's own figure captions."""
     meta = copy.deepcopy(en_meta)
     course = meta.get("course") if isinstance(meta.get("course"), dict) else {}
     meta["course"] = {**course, "lang": LANG}
+    captions = ((zh_meta or {}).get("course") or {}).get("captions")
+    if captions:
+        meta["course"]["captions"] = copy.deepcopy(captions)
     return meta
+
+
+# A lab's figure caption is in its code cell's metadata (mystnb.figure.caption), which the twin keeps
+# byte for byte, so the twin's Chinese caption lives in its notebook metadata instead:
+# course.captions = {"<code cell index>": {"zh": "...", "en_sha1": sha1 of the English caption}};
+# the book (book/_ext/course_editions.py) puts it in the figure on the twin's page.
+def english_captions(nb: dict) -> dict[str, str]:
+    out = {}
+    for i, c in enumerate(nb["cells"]):
+        fig = ((c.get("metadata") or {}).get("mystnb") or {}).get("figure") or {}
+        if c.get("cell_type") == "code" and isinstance(fig.get("caption"), str):
+            out[str(i)] = fig["caption"]
+    return out
+
+
+def _text_sha1(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _caption_problems(en: dict, zh: dict, name: str) -> list[str]:
+    have = ((zh.get("metadata") or {}).get("course") or {}).get("captions") or {}
+    out = []
+    for i, caption in english_captions(en).items():
+        entry = have.get(i) if isinstance(have.get(i), dict) else {}
+        if not str(entry.get("zh", "")).strip():
+            out.append(f"{name}: the figure caption of code cell {i} is untranslated: add course.captions"
+                       f'["{i}"] = {{"zh": "..."}} to the twin\'s notebook metadata, then stamp it')
+        elif entry.get("en_sha1") != _text_sha1(caption):
+            out.append(f"{name}: the figure caption of code cell {i} is stale: the English changed since; "
+                       "translate it again, then stamp")
+    return out
 
 
 def _md_cell(en_cell: dict, zh_cell: dict | None) -> dict:
@@ -129,7 +164,7 @@ def sync(en_file: Path, zh_file: Path) -> str:
     if bad:
         raise TwinError(bad[0] + f"; line the twin up with {en_file} by hand")
     out = copy.deepcopy(en)
-    out["metadata"] = _twin_metadata(en.get("metadata", {}))
+    out["metadata"] = _twin_metadata(en.get("metadata", {}), zh.get("metadata"))
     copied = 0  # code cells that changed
     for i, (e, z) in enumerate(zip(en["cells"], zh["cells"])):
         if e.get("cell_type") == "code":
@@ -179,7 +214,7 @@ def problems(zh_file: Path) -> list[str]:
     if stale:
         out.append(f"{name}: Markdown cells {stale} stale: {master_file} changed them since they were "
                    f"translated; {todo}")
-    return out + _generated(zh_file, master_file != en_file)
+    return out + _caption_problems(en, zh, name) + _generated(zh_file, master_file != en_file)
 
 
 def _generated(zh_file: Path, is_exercise: bool) -> list[str]:
@@ -215,6 +250,10 @@ def stamp(zh_file: Path) -> list[int]:
             same.append(i)
         else:
             meta["twin"] = {"en_sha1": sha1(m)}
+    captions = ((zh.get("metadata") or {}).get("course") or {}).get("captions") or {}
+    for i, caption in english_captions(master).items():
+        if isinstance(captions.get(i), dict) and str(captions[i].get("zh", "")).strip():
+            captions[i]["en_sha1"] = _text_sha1(caption)
     _write(zh_file, zh)
     return same
 

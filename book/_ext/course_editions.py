@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import json
+from pathlib import Path
 from typing import Any
 
 from docutils import nodes
@@ -34,7 +35,7 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.transforms import SphinxTransform
 
-__version__ = "1.1"
+__version__ = "1.2"
 logger = logging.getLogger(__name__)
 EN_DIR = "book/"
 ZH_DIR = "book/zh/"
@@ -180,6 +181,31 @@ class TwinFigureLabels(SphinxTransform):
                 node["names"] = [new if n == name else n for n in node["names"]]
 
 
+class TwinNotebookCaptions(SphinxTransform):
+    """A notebook twin's Chinese figure captions. A lab writes a figure's caption in its code cell's
+    metadata, which the twin keeps byte for byte; the twin's Chinese captions sit in its notebook
+    metadata, ``course.captions = {"<code cell index>": {"zh": ..., "en_sha1": ...}}`` (kept by
+    course_lib/nbtwin.py, which flags one missing or stale). This puts each in its cell's figure,
+    before course_figures (500) writes the alt text from the caption."""
+    default_priority = 490
+
+    def apply(self, **kwargs: Any) -> None:
+        docname = self.env.docname
+        if not is_zh(docname) or docname.startswith(ZH_DIR):
+            return
+        try:
+            meta = json.loads(Path(self.env.doc2path(docname)).read_text(encoding="utf-8")).get("metadata", {})
+        except (OSError, ValueError):
+            return
+        captions = (meta.get("course") or {}).get("captions") or {}
+        for cell in self.document.findall(nodes.container):
+            entry = captions.get(str(cell.get("cell_index"))) if cell.get("nb_element") == "cell_code" else None
+            caption = cell.next_node(nodes.caption) if isinstance(entry, dict) and entry.get("zh") else None
+            if caption is not None:
+                caption.children = []
+                caption += nodes.Text(entry["zh"])
+
+
 def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
     if doctree is None or "body" not in context:
         return
@@ -197,6 +223,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_js_file("course_editions.js", loading_method="defer")
     app.add_transform(TwinFigureLabels)
     app.add_transform(TwinCaptions)
+    app.add_transform(TwinNotebookCaptions)
     app.connect("html-page-context", _on_page_context)
     # env_version: a build that read its pages with another version of these transforms reads them again
-    return {"version": __version__, "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": __version__, "env_version": 3, "parallel_read_safe": True, "parallel_write_safe": True}
