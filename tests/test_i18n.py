@@ -19,7 +19,7 @@ CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
 PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`", re.M)
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
 # the chapters whose tables and figures are glued per edition (the others: see the issue)
-CONVERTED = ["01_flops", "02_scaling", "06_stability", "10_pipeline_rl", "12_failures"]
+CONVERTED = ["01_flops", "02_scaling", "06_stability", "09_distill", "10_pipeline_rl", "12_failures"]
 # cells that still show one figure to both editions: the concept diagrams (course_lib/diagrams/ draws
 # them with English words; not converted yet)
 STILL_ENGLISH = {"01_flops": [2], "06_stability": [6, 7], "10_pipeline_rl": [5], "12_failures": [4]}
@@ -168,3 +168,15 @@ def test_chapter_10_timelines_speak_the_page_s_language() -> None:
     assert words["zh"][0] == ["actor 1", "学习器"] and words["zh"][1] == "时间（s）"
     assert words["zh"][2][0] == "学习器：优化器步" and words["en"][2][0] == "learner: optimizer step"
     plt.close("all")
+
+
+def test_chapter_drawers_speak_the_page_s_language_and_english_by_default() -> None:
+    """The chapter packages' own figures (chapter 2's IsoFLOP line, chapter 9's bill) take lang=."""
+    from course_lib.distill import explore as distill_explore
+    from course_lib.scaling import explore as scaling_explore
+    for draw, english, chinese in ((lambda lang: scaling_explore.isoflop_figure(5.76e23, lang=lang),
+                                    "predicted loss", "预测损失"),
+                                   (lambda lang: distill_explore.cost_figure(lang=lang), "dollars", "美元")):
+        en, zh = plots.glued(draw("en")), plots.glued(draw("zh"))
+        assert en.axes[0].get_ylabel() == english and zh.axes[0].get_ylabel() == chinese
+        assert zh.axes[0].yaxis.label.get_fontfamily()[0] == plots.cjk_font()

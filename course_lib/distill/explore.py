@@ -64,29 +64,34 @@ def render_distill(r: dict) -> str:
 
 def cost_figure(price: ApiPrice = PRICES["Claude Opus 4.6"], input_per_output: float = 0.2,
                 teacher_params: float = 405e9, teacher_tokens: float = 15.6e12,
-                gpu_hour_price: float = ASSUMED_GPU_HOUR_PRICE, mfu: float = 0.4):
+                gpu_hour_price: float = ASSUMED_GPU_HOUR_PRICE, mfu: float = 0.4, lang: str = "en"):
     """Static figure: distillation bill vs usable tokens for list price, batch, and hidden
-    reasoning (3 hidden per visible), against the teacher's pretraining cost. Returns the figure."""
+    reasoning (3 hidden per visible), against the teacher's pretraining cost. Returns the figure
+    (``lang="zh"``: its words in Chinese, from ``course_lib.i18n``)."""
     import numpy as np
 
     from .. import plots
+    from ..i18n import tr
     t = np.logspace(9, 14, 60)
-    fig, ax = plots.figure()
-    cases = [("list price", 0.0, 0.0, plots.THEORY, "-"),
-             (f"batch ({100 * price.batch_discount:.0f}% off)", price.batch_discount, 0.0, plots.NEUTRAL, "--"),
-             ("list, 3 hidden reasoning tokens per visible", 0.0, 3.0, plots.ACCENT, "-.")]
+    fig, ax = plots.figure(lang=lang)
+    cases = [(tr("list price", lang), 0.0, 0.0, plots.THEORY, "-"),
+             (tr("batch ({off:.0f}% off)", lang, off=100 * price.batch_discount), price.batch_discount, 0.0,
+              plots.NEUTRAL, "--"),
+             (tr("list, 3 hidden reasoning tokens per visible", lang), 0.0, 3.0, plots.ACCENT, "-.")]
     for label, disc, hidden, color, ls in cases:
         per = distillation_cost(MTOK, price.output_per_mtok, price.input_per_mtok, input_per_output=input_per_output,
                                 hidden_per_visible=hidden, batch_discount=disc)["total_dollars"]
         ax.plot(t, t / MTOK * per, ls, color=color, label=label)
     pre = pretraining_cost(teacher_params, teacher_tokens, gpu_hour_price, mfu)
     ax.axhline(pre, color="black", lw=1, ls=":")
-    label = (f"pretraining {teacher_params / 1e9:.0f}B on {teacher_tokens / 1e12:.3g}T tokens (6ND at "
-             f"{100 * mfu:.0f}% MFU): {_money(pre)} at an assumed ${gpu_hour_price:.2f}/GPU-h")
+    label = tr("pretraining {n:.0f}B on {d:.3g}T tokens (6ND at {mfu:.0f}% MFU): {cost} at an assumed "
+               "${price:.2f}/GPU-h", lang, n=teacher_params / 1e9, d=teacher_tokens / 1e12, mfu=100 * mfu,
+               cost=_money(pre), price=gpu_hour_price)
     ax.text(1.3e9, pre * 1.3, label.replace("$", r"\$"), fontsize=8)   # a literal $, not mathtext
     ax.axvline(1e12, color="grey", lw=0.8, ls=":")
-    ax.set(xscale="log", yscale="log", xlabel="teacher tokens you can train on",
-           ylabel="dollars", title=f"Buying {price.name} outputs ({input_per_output:g} input tokens per output)")
+    ax.set(xscale="log", yscale="log", xlabel=tr("teacher tokens you can train on", lang),
+           ylabel=tr("dollars", lang), title=tr("Buying {name} outputs ({r:g} input tokens per output)", lang,
+                                                 name=price.name, r=input_per_output))
     ax.legend(fontsize=8, loc="lower right")
     return fig
 
