@@ -341,6 +341,66 @@ ZH: Mapping[str, str] = MappingProxyType({
     "max |logit(teacher forced) − logit(prefix)|": "max |logit(teacher forcing) − logit(前缀)|",
     "token choice, FCFS per sequence": "token choice，逐序列先到先得",
     "same, C from training length": "同上，C 按训练长度",
+    # --- chapter 3: data ---
+    "kind": "类型",
+    "pages": "页面数",
+    "kB": "kB",
+    "how it was made": "怎么造出来的",
+    "a clean page, the first copy of its text": "干净的页面，其文本的第一份",
+    "a byte-identical copy of another page": "与另一页面逐字节相同的副本",
+    "the same text with different bytes: CRLF, trailing spaces, NBSP, another charset":
+        "文本相同、字节不同：CRLF、行尾空格、NBSP、另一种字符集",
+    "a copy with 1-6% of its words replaced, deleted or repeated": "1-6% 的词被替换、删除或重复的副本",
+    "the same body inside another site's header and footer": "同样的正文，套上另一个站点的页头和页尾",
+    "one page re-published per Python version, differing in a few tokens": "每个 Python 版本重发一次的页面，只差几个 token",
+    "keyword stuffing: a few phrases repeated": "堆满关键词：几个短语反复出现",
+    "lines of symbols, hash tags and ellipses": "一行行的符号、话题标签和省略号",
+    "a few words: error pages, placeholders": "只有几个词：错误页、占位页",
+    "a navigation menu, one bullet per line": "导航菜单，每行一个列表项",
+    "content words without any function words": "只有实词，没有任何虚词",
+    "teaser lines that all end in an ellipsis": "每行都以省略号结尾的预告",
+    "no text at all, or only whitespace": "没有任何文本，或者只有空白",
+    "declared UTF-8 but not valid UTF-8": "声明为 UTF-8，却不是合法的 UTF-8",
+    "theory b={b}, r={r}": "理论 b={b}，r={r}",
+    "measured, b={b}, r={r}": "实测，b={b}，r={r}",
+    "Jaccard similarity $J$ of the pair": "两份文档的 Jaccard 相似度 $J$",
+    "P(candidate pair)": "P（成为候选对）",
+    "LSH S-curve: theory vs edited pairs": "LSH 的 S 曲线：理论与编辑过的文档对",
+    "bands × rows": "带数 × 行数",
+    "retrieval\x04precision": "精确率",
+    "recall": "召回率",
+    "false pos": "误报",
+    "missed": "漏报",
+    "rule": "规则",
+    "low quality": "低质量",
+    "genuine docs": "正常文档",
+    "removes pages with": "删掉的页面",
+    "fewer than 50 or more than 100,000 words": "少于 50 个词或多于 100,000 个词",
+    "mean word length outside 3-10 characters": "平均词长不在 3-10 个字符之间",
+    "more than 0.1 '#' or ellipsis per word": "每个词超过 0.1 个“#”或省略号",
+    "over 90% of lines start with a bullet": "超过 90% 的行以列表符号开头",
+    "over 30% of lines end with an ellipsis": "超过 30% 的行以省略号结尾",
+    "under 80% of words contain a letter": "含字母的词不到 80%",
+    "fewer than 2 distinct stop words": "不同的停用词少于 2 个",
+    "duplicate lines: >30% of lines or >20% of characters": "重复的行：超过 30% 的行或 20% 的字符",
+    "duplicate paragraphs: >30% of paragraphs or >20% of characters": "重复的段落：超过 30% 的段落或 20% 的字符",
+    "the top 2/3/4-gram covers >20/18/16% of characters": "最常见的 2/3/4-gram 覆盖超过 20/18/16% 的字符",
+    "repeated 5..10-grams cover >15..10% of characters": "重复的 5..10-gram 覆盖超过 15..10% 的字符",
+    "stage": "阶段",
+    "pages in": "输入页面",
+    "removed": "删掉",
+    "kB removed": "删掉的 kB",
+    "% of crawl bytes": "占抓取字节的 %",
+    "1 decode + normalise": "1 解码 + 规范化",
+    "1 exact dedup": "1 精确去重",
+    "2 near dedup (MinHash-LSH)": "2 近似去重（MinHash-LSH）",
+    "3 quality rules": "3 质量规则",
+    "tokens/s per H100 (40% MFU)": "每块 H100 每秒 token 数（MFU 40%）",
+    "per 8-GPU host": "每台 8 卡主机",
+    "measured on the machine that built this page, one core": "在构建本页的机器上单核实测",
+    "tokens/s": "每秒 token 数",
+    "packed shards (memmap)": "打包好的分片（memmap）",
+    "on-the-fly decode+filter+BPE": "现场解码 + 过滤 + BPE",
 })
 
 
@@ -348,12 +408,12 @@ def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> s
     """``text`` in ``lang``: itself in English, its entry of :data:`ZH` in Chinese; with ``values``
     the text is a ``str.format`` template, filled after translating. A word that reads two ways ("ok":
     a verdict, or how a run ended) takes a ``context``, its key ``context + "\\x04" + text`` (gettext's
-    msgctxt). Text with no word of two Latin letters ("N = √(C/120)", "δ/M") is symbols and stays as
-    it is. Raises ValueError for an unknown language and for English text with no Chinese entry
+    msgctxt) where the table has one, the plain text's entry otherwise. Text with no word of two
+    Latin letters ("N = √(C/120)", "δ/M") is symbols and stays as it is. Raises ValueError for an unknown language and for English text with no Chinese entry
     (naming it, so the fix is one line here)."""
     choice("lang", lang, LANGS)
     if lang == "zh":
-        key = f"{context}\x04{text}" if context else text
+        key = f"{context}\x04{text}" if context and f"{context}\x04{text}" in ZH else text
         if key not in ZH and not WORD.search(text):
             return text.format(**values) if values else text     # symbols only: "N = √(C/120)", "D*/N*"
         if key not in ZH:
@@ -363,6 +423,6 @@ def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> s
     return text.format(**values) if values else text
 
 
-def tr_all(texts: list[str] | tuple[str, ...], lang: str = "en") -> list[str]:
+def tr_all(texts: list[str] | tuple[str, ...], lang: str = "en", *, context: str = "") -> list[str]:
     """Each of ``texts`` in ``lang`` (a table's header row)."""
-    return [tr(t, lang) for t in texts]
+    return [tr(t, lang, context=context) for t in texts]

@@ -19,10 +19,10 @@ CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
 PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`", re.M)
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
 # the chapters whose tables and figures are glued per edition (the others: see the issue)
-CONVERTED = ["01_flops", "02_scaling", "06_stability", "08_moe", "09_distill", "10_pipeline_rl", "12_failures"]
+CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "08_moe", "09_distill", "10_pipeline_rl", "12_failures"]
 # cells that still show one figure to both editions: the concept diagrams (course_lib/diagrams/ draws
 # them with English words; not converted yet)
-STILL_ENGLISH = {"01_flops": [2], "06_stability": [6, 7], "08_moe": [4], "10_pipeline_rl": [5], "12_failures": [4]}
+STILL_ENGLISH = {"01_flops": [2], "03_data": [5], "06_stability": [6, 7], "08_moe": [4], "10_pipeline_rl": [5], "12_failures": [4]}
 
 
 def _load(name: str):
@@ -44,6 +44,11 @@ def test_tr_is_the_text_in_english_and_its_entry_in_chinese() -> None:
     assert i18n.tr("δ = {delta:g} s: first order", "zh", delta=30.0) == "δ = 30 s：一阶近似"
     assert i18n.tr("δ = {delta:g} s: first order", "en", delta=30.0) == "δ = 30 s: first order"
     assert i18n.tr_all(["measured", "ratio"], "zh") == ["实测", "比值"]
+    # a word that reads two ways takes a context; without an entry for it, the plain word's
+    assert i18n.tr("ok", "zh") == "符合" and i18n.tr("ok", "zh", context="run status") == "正常"
+    assert i18n.tr_all(["precision", "recall"], "zh", context="retrieval") == ["精确率", "召回率"]
+    assert i18n.tr("precision", "zh") == "精度" and i18n.tr("ok", "en", context="run status") == "ok"
+    assert i18n.tr("N = √(C/120)", "zh") == "N = √(C/120)"      # symbols only: no entry needed
 
 
 def test_tr_names_a_missing_entry_and_a_bad_language() -> None:
