@@ -24,7 +24,7 @@ from types import MappingProxyType
 from course_lib._validate import choice
 
 LANGS = ("en", "zh")
-WORD = re.compile(r"[A-Za-z]{2,}")     # text without a word of two letters is symbols, the same in Chinese
+WORD = re.compile(r"[a-z]{2,}")    # text without two lower-case letters in a row (D*/N*, BF16) is symbols and names
 
 ZH: Mapping[str, str] = MappingProxyType({
     # --- course_lib.report.compare_table ---
@@ -401,6 +401,68 @@ ZH: Mapping[str, str] = MappingProxyType({
     "tokens/s": "每秒 token 数",
     "packed shards (memmap)": "打包好的分片（memmap）",
     "on-the-fly decode+filter+BPE": "现场解码 + 过滤 + BPE",
+    # --- chapter 7: FP16 numerics ---
+    "bits": "位数",
+    "eps": "eps",
+    "exp. bits": "指数位",
+    "fraction bits $m$": "尾数位 $m$",
+    "min normal": "最小正规数",
+    "min subnormal": "最小次正规数",
+    "binade starting at": "指数段起点",
+    "measured (nextafter)": "实测（nextafter）",
+    "value x": "数值 x",
+    "spacing to the next number": "到下一个数的间距",
+    "Spacing of representable numbers, by binade": "可表示数的间距，按指数段",
+    "exact: k": "精确值：k",
+    "FP16 running sum (measured)": "FP16 累加和（实测）",
+    "BF16 running sum (measured)": "BF16 累加和（实测）",
+    "the notes' stall: 1024": "笔记说的停滞点：1024",
+    "number of additions k": "加法次数 k",
+    "running total": "累加和",
+    "Adding 1.0, ten thousand times": "把 1.0 连加一万次",
+    "increment": "增量",
+    "FP16 stalls at": "FP16 停在",
+    "FP8 E4M3": "FP8 E4M3",
+    " (loop: {looped:g})": "（循环：{looped:g}）",
+    "increment {v:g} (measured)": "增量 {v:g}（实测）",
+    "exact": "精确值",
+    "number of additions": "加法次数",
+    "FP16 running sum / exact sum": "FP16 累加和 / 精确和",
+    "Overshoot before the stall": "停滞之前的超调",
+    "ranks": "进程数",
+    "elements": "元素数",
+    "dtype": "数据类型",
+    "gloo == ring-of-FP16 model, every bit": "gloo 与 FP16 环形模型逐位相同",
+    "elements equal to the FP32-reduced result": "与 FP32 归约结果相同的元素",
+    "{alg} (real processes)": "{alg}（真实进程）",
+    "{alg} (reference)": "{alg}（参考实现）",
+    "gloo all_reduce (real)": "gloo all_reduce（真实）",
+    "theory (lines)": "理论（线）",
+    "number of ranks n": "进程数 n",
+    "relative RMS error of the sum": "求和的相对 RMS 误差",
+    "FP16 all-reduce: error vs ranks": "FP16 all-reduce：误差与进程数",
+    "{alg}, 8 ranks (measured)": "{alg}，8 个进程（实测）",
+    "overflow\n(inf)": "溢出\n（inf）",
+    "gradient scale σ": "梯度尺度 σ",
+    "relative RMS error": "相对 RMS 误差",
+    "FP16 all-reduce: error vs magnitude (lines: theory)": "FP16 all-reduce：误差与数量级（线：理论）",
+    "ranks, each contributing 1.0": "进程数，每个贡献 1.0",
+    "FP16 ring": "FP16 环形",
+    "FP16 tree": "FP16 树形",
+    "FP32 reduce": "FP32 归约",
+    "FP32 weights": "FP32 权重",
+    "BF16 weights, round to nearest": "BF16 权重，最近舍入",
+    "BF16 weights, stochastic rounding": "BF16 权重，随机舍入",
+    "training loss (10-step mean)": "训练损失（10 步平均）",
+    "Weight updates in BF16": "BF16 中的权重更新",
+    "method": "方法",
+    "sequential": "顺序累加",
+    "pairwise": "两两求和",
+    "kahan": "Kahan",
+    "fp32 accumulator": "fp32 累加器",
+    "stochastic rounding": "随机舍入",
+    "torch.sum": "torch.sum",
+    "torch.cumsum[-1]": "torch.cumsum[-1]",
 })
 
 
@@ -408,8 +470,8 @@ def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> s
     """``text`` in ``lang``: itself in English, its entry of :data:`ZH` in Chinese; with ``values``
     the text is a ``str.format`` template, filled after translating. A word that reads two ways ("ok":
     a verdict, or how a run ended) takes a ``context``, its key ``context + "\\x04" + text`` (gettext's
-    msgctxt) where the table has one, the plain text's entry otherwise. Text with no word of two
-    Latin letters ("N = √(C/120)", "δ/M") is symbols and stays as it is. Raises ValueError for an unknown language and for English text with no Chinese entry
+    msgctxt) where the table has one, the plain text's entry otherwise. Text with no two lower-case
+    Latin letters in a row ("N = √(C/120)", "δ/M", "BF16") is symbols and names, and stays as it is. Raises ValueError for an unknown language and for English text with no Chinese entry
     (naming it, so the fix is one line here)."""
     choice("lang", lang, LANGS)
     if lang == "zh":
