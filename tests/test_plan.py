@@ -348,3 +348,20 @@ def test_a_storage_rate_too_slow_to_save_names_storage_bytes_per_s_alone(capsys)
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "error: argument --storage-bytes-per-s: storage_bytes_per_s=2.5" in err
     assert "--n-gpus" not in err.split("error:")[1]
+
+
+def test_the_plan_sets_its_batch_against_chapter_16s_critical_batch() -> None:
+    """The planner's batch ceiling is chapter 16's calculator at the loss the plan's fit predicts:
+    the same B_crit and DP ceiling, and a verdict that turns with the batch."""
+    import math
+
+    from course_lib import batch, scaling
+    from course_lib.plan import plan
+    from course_lib.report import si
+    big = plan(n_params=70e9, n_tokens=15e12, n_gpus=2048)
+    crit = batch.critical_batch_tokens(scaling.loss(70e9, 15e12, fit="besiroglu"))
+    assert f"is {si(crit)} tokens" in big.batch_note and "past it" in big.batch_note
+    assert f"allows DP <= {math.floor(crit / 8192)}" in big.batch_note
+    assert "[ch16 batch]" in big.render()
+    small = plan(n_params=70e9, n_tokens=15e12, n_gpus=256, global_batch_tokens=2 ** 21)
+    assert "within the useful range" in small.batch_note

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from .. import batch as batch_size
 from .. import faults, flops, scaling
 from .._validate import MAX_INT, calculator, choice, fraction, positive, positive_int, utilisation
 from ..data.tokenize import token_dtype
@@ -17,6 +18,7 @@ from ..hardware import ACCELERATORS, lookup
 from ..layout import USABLE_FRACTION, MoE, layout
 from ..layout.job import _MAX_LAYERS, _POW2, MIN_CP_TOKENS
 from ..numerics import format_info, stall_point
+from ..report import si
 from .result import Plan
 
 __all__ = ["plan", "model_shape", "failure_budget", "DEFAULT_PRICE_PER_GPU_HOUR", "LLAMA3_GPU_MTBF_S"]
@@ -197,6 +199,21 @@ def _caveats(dtype: str, microbatches: int, dp: int, gpu: str) -> tuple[str, ...
     return tuple(out)
 
 
+def _batch_note(n: float, d: float, fit: str, batch: float, seq: int, dp: int) -> str:
+    """Chapter 16's ceiling: the critical batch at the loss ``fit`` predicts for the end of the run,
+    from Kaplan et al.'s B_crit(L) (``batch.critical_batch_tokens``), set beside this plan's batch
+    and its data-parallel degree. Their law is in WebText2 nats, outside the range it was fitted on
+    at such losses (``batch.law``): a guide to the order of magnitude, which the note says."""
+    loss = scaling.loss(n, d, fit=fit)
+    crit = batch_size.critical_batch_tokens(loss)
+    ceiling = max(1, math.floor(crit / seq))
+    verdict = (f"{batch / crit:.1f}x past it: extra tokens per step buy ever fewer steps" if batch > crit
+               else f"{batch / crit:.2f} of it: within the useful range")
+    return (f"B_crit at the predicted final loss {loss:.2f} is {si(crit)} tokens (Kaplan et al.'s law, "
+            f"{batch_size.law()['limits']}: a guide, not a bound); this batch of {si(batch)} tokens is "
+            f"{verdict}. One sequence of {seq} per replica allows DP <= {ceiling}; this layout's DP is {dp}.")
+
+
 def _fp8_caveat(fp8: dict, used: float) -> tuple[str, ...]:
     """precision="fp8": which GEMMs ran in FP8 and the MFU against each peak (``Layout.fp8``)."""
     if not fp8:
@@ -312,6 +329,7 @@ def plan(compute: float | None = None, n_params: float | None = None, n_tokens: 
         loader_tokens_per_s=tokens_per_s, loader_bytes_per_s=tokens_per_s * bytes_per_token,
         bytes_per_token=bytes_per_token, dtype=dtype,
         caveats=_caveats("fp8" if best.fp8 else dtype, best.microbatches, best.dp * best.cp, acc.name) + _fp8_caveat(best.fp8, used),
+        batch_note=_batch_note(n, d, fit, batch, s, best.dp),
         layout_explanation=best.explanation,
         mfu_vs_fp8=best.fp8["mfu_vs_fp8"] * used / best.fp8["mfu_vs_bf16"] if best.fp8 else None)
 

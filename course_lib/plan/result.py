@@ -78,6 +78,8 @@ class Plan:
     layout_explanation: str = ""
     # precision="fp8" only: the MFU used, restated against the chip's dense FP8 peak (None under BF16)
     mfu_vs_fp8: float | None = None
+    # chapter 16: the batch against the critical batch at the predicted final loss (batch.law)
+    batch_note: str = ""
 
     @property
     def fits(self) -> bool:
@@ -110,6 +112,7 @@ class Plan:
             f"({si(self.loader_tokens_per_s / self.n_gpus)} per GPU), {si(self.loader_bytes_per_s)}B/s "
             f"at {self.bytes_per_token} bytes per token",
         ]
+        lines += [f"[ch16 batch]     {self.batch_note}"] if self.batch_note else []
         lines += [f"[ch07 numerics]  {c}" for c in self.caveats]
         return "\n".join(lines)
 
