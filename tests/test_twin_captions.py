@@ -55,7 +55,7 @@ def test_the_book_puts_the_twin_caption_in_the_figure(tmp_path: Path) -> None:
     editions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(editions)
     _, zh = _lab(tmp_path, "Loss falls with steps.")
-    _set_caption(zh, "损失随步数下降。")
+    _set_caption(zh, "损失随步数 $t$ 下降。")
     doc = new_document("lab", get_default_settings())
     cell = nodes.container(nb_element="cell_code", cell_index=1)
     cell += nodes.figure("", nodes.caption("", "Loss falls with steps."))
@@ -72,4 +72,5 @@ def test_the_book_puts_the_twin_caption_in_the_figure(tmp_path: Path) -> None:
     transform.__dict__["env"] = Env        # SphinxTransform.env reads document.settings.env
     doc.settings.env = Env
     transform.apply()
-    assert doc.next_node(nodes.caption).astext() == "损失随步数下降。"
+    caption = doc.next_node(nodes.caption)
+    assert caption.astext() == "损失随步数 t 下降。" and caption.next_node(nodes.math).astext() == "t"   # math, not "$t$"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,23 @@ class TwinFigureLabels(SphinxTransform):
                 node["names"] = [new if n == name else n for n in node["names"]]
 
 
+_INLINE_MATH = re.compile(r"(?<!\\)\$([^$\n]+?)\$")
+
+
+def _text_and_math(text: str) -> list[nodes.Node]:
+    """A caption's text with its ``$...$`` spans as inline math, as MyST would render them."""
+    out: list[nodes.Node] = []
+    last = 0
+    for m in _INLINE_MATH.finditer(text):
+        if m.start() > last:
+            out.append(nodes.Text(text[last:m.start()]))
+        out.append(nodes.math(m.group(1), m.group(1)))
+        last = m.end()
+    if last < len(text):
+        out.append(nodes.Text(text[last:]))
+    return out
+
+
 class TwinNotebookCaptions(SphinxTransform):
     """A notebook twin's Chinese figure captions. A lab writes a figure's caption in its code cell's
     metadata, which the twin keeps byte for byte; the twin's Chinese captions sit in its notebook
@@ -203,7 +221,7 @@ class TwinNotebookCaptions(SphinxTransform):
             caption = cell.next_node(nodes.caption) if isinstance(entry, dict) and entry.get("zh") else None
             if caption is not None:
                 caption.children = []
-                caption += nodes.Text(entry["zh"])
+                caption.extend(_text_and_math(entry["zh"]))
 
 
 def _on_page_context(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
