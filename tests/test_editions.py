@@ -256,7 +256,7 @@ def test_the_students_handout_rewrites_the_chinese_home_page_too() -> None:
     the words it writes are in the font subset (course_fonts reads handout.py)."""
     from course_lib.grading.handout import student_index_zh
     text = student_index_zh(_text(ZH / "index.md"))
-    assert "[练习](../../exercises/01_flops.ipynb)" in text and "`make check`" in text
+    assert "[练习](../../exercises/zh/01_flops.ipynb)" in text and "`make check`" in text   # the Chinese twin
     assert "答案" not in text and "solutions/" not in text
     assert set(fonts.CJK.findall(text)) <= fonts.font_chars(fonts.SUBSET)
 

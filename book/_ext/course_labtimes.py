@@ -79,9 +79,13 @@ class MeasuredLabTime(SphinxTransform):
                 logger.warning("no %r in %s: run make bench", key, TIMES.name, location=link)
                 continue
             measured = nodes.inline("", "", classes=["course-lab-time"])
-            measured += [nodes.Text(f"{shown(secs)}, as "), nodes.literal("make bench", "make bench"),
-                         nodes.Text(f" measured it on {data.get('machine', 'this machine')} "
-                                    f"({data.get('date', 'undated')})")]
+            if docname.startswith("notebooks/zh/"):      # a Chinese twin says it in Chinese
+                measured += [nodes.Text(f"{shown(secs)}（由 "), nodes.literal("make bench", "make bench"),
+                             nodes.Text(f" 在 {data.get('machine', '本机')} 上测得，{data.get('date', '日期不详')}）")]
+            else:
+                measured += [nodes.Text(f"{shown(secs)}, as "), nodes.literal("make bench", "make bench"),
+                             nodes.Text(f" measured it on {data.get('machine', 'this machine')} "
+                                        f"({data.get('date', 'undated')})")]
             link.replace_self(measured)
 
 
