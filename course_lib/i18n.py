@@ -493,6 +493,26 @@ ZH: Mapping[str, str] = MappingProxyType({
     "Megatron 1T, today's tools": "Megatron 1T，现在的工具",
     "(same, no recompute)": "（同上，不重算）",
     "(same)": "（同上）",
+    # --- chapter 1's diagram (course_lib.diagrams.gemms) ---
+    "forward": "前向",
+    "backward, input": "反向，输入梯度",
+    "backward, weight": "反向，权重梯度",
+    "= 2 per weight per token": "= 每个权重每个 token 2 次",
+    "outlined: one output element, a dot product of length d_in = {d} ({d} multiplies, {d} adds)":
+        "框出的是一个输出元素：长度 d_in = {d} 的点积（{d} 次乘法，{d} 次加法）",
+    "one linear layer, T = {t} tokens, W is {a}×{b}: N = {n} weights\nthree products of {each} FLOP = {total} = 6·N·T":
+        "一个线性层，T = {t} 个 token，W 为 {a}×{b}：N = {n} 个权重\n三次乘积各 {each} FLOP = {total} = 6·N·T",
+    "attention scores, forward": "注意力分数，前向",
+    "attention scores, backward": "注意力分数，反向",
+    "QKᵀ and A·V at s = {s} (causal): {g:.1f} GFLOP, {share:.1%} of 6N; no weights, grows with s":
+        "s = {s} 时的 QKᵀ 与 A·V（因果）：{g:.1f} GFLOP，为 6N 的 {share:.1%}；不含权重，随 s 增长",
+    "attention": "注意力",
+    "dense 6N": "稠密 6N",
+    "training GFLOP per token, {b:g}B model (L = {L}, d = {d}): 6N = {six:.0f}":
+        "每 token 的训练 GFLOP，{b:g}B 模型（L = {L}，d = {d}）：6N = {six:.0f}",
+    "weights W, Wᵀ and their gradient dW": "权重 W、Wᵀ 及其梯度 dW",
+    "activations X, Xᵀ, Y": "激活 X、Xᵀ、Y",
+    "activation gradients dY, dX": "激活梯度 dY、dX",
 })
 
 

@@ -96,7 +96,7 @@ def figure(ncols: int = 1, nrows: int = 1, lang: str = "en", **kwargs):
 
 def glued(fig):
     """``fig`` ready for ``myst_nb.glue``: every text holding Chinese drawn in the CJK font (the
-    words; math in it keeps matplotlib's math fonts), and closed, so the inline backend does not
+    words, at normal weight; math in it keeps matplotlib's math fonts), and closed, so the inline backend does not
     also show it in the cell's output (both editions paste their own copy)."""
     import matplotlib.pyplot as plt
     from matplotlib.text import Text
@@ -105,6 +105,7 @@ def glued(fig):
         family = [cjk_font(), "DejaVu Sans"]
         for text in texts:
             text.set_fontfamily(family)
+            text.set_fontweight("normal")    # the CJK font has no bold: matplotlib would warn on stderr
     plt.close(fig)
     return fig
 

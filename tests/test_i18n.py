@@ -22,7 +22,7 @@ GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(
 CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures"]
 # cells that still show one figure to both editions: the concept diagrams (course_lib/diagrams/ draws
 # them with English words; not converted yet)
-STILL_ENGLISH = {"01_flops": [2], "03_data": [5], "06_stability": [6, 7], "07_fp16": [3], "08_moe": [4], "10_pipeline_rl": [5], "11_tensor_context": [2, 5, 8, 9], "12_failures": [4]}
+STILL_ENGLISH = {"03_data": [5], "06_stability": [6, 7], "07_fp16": [3], "08_moe": [4], "10_pipeline_rl": [5], "11_tensor_context": [2, 5, 8, 9], "12_failures": [4]}
 
 
 def _load(name: str):

@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 from .. import flops, plots
 from .._validate import flag, positive, positive_int
+from ..i18n import tr
 
 __all__ = ["Gemm", "linear_gemms", "token_flops", "six_n"]
 
@@ -64,15 +65,16 @@ def _kind(symbol: str) -> str:
 
 
 def six_n(tokens: int = 4, d_in: int = 3, d_out: int = 5, n_layers: int = 32, d_model: int = 4096,
-          seq_len: int = 4096, n_params: float = 7e9):
+          seq_len: int = 4096, n_params: float = 7e9, lang: str = "en"):
     """Top: the three products of ``linear_gemms`` as grids of their elements, one row each, with
     one dot product of the forward outlined and each product's FLOPs. Bottom: a whole model's
     training FLOPs per token (``token_flops``), the dense 6N as three equal parts beside the
-    attention scores at ``seq_len``, which no parameter count contains."""
+    attention scores at ``seq_len``, which no parameter count contains. ``lang="zh"``: its words in
+    Chinese (``course_lib.i18n``)."""
     import matplotlib.patches as mpatches
     gemms = linear_gemms(tokens, d_in, d_out)
     n = d_in * d_out
-    fig, (ax, bar) = plots.figure(nrows=2, figsize=(6.4, 5.2), height_ratios=[3.4, 1.2])
+    fig, (ax, bar) = plots.figure(nrows=2, figsize=(6.4, 5.2), height_ratios=[3.4, 1.2], lang=lang)
     row_h = max(max(g.left[1], g.right[1], g.out[1]) for g in gemms) + 2.2
     text_x = max(g.left[2] + g.right[2] + g.out[2] for g in gemms) + 2 * 1.4 + 1.0
     for i, g in enumerate(gemms):
@@ -94,16 +96,17 @@ def six_n(tokens: int = 4, d_in: int = 3, d_out: int = 5, n_layers: int = 32, d_
                 ax.text(x + 0.7, y_top - 1.5, "·" if j == 0 else "=", ha="center", va="center", fontsize=14)
                 x += 1.4
         m, k = g.left[1], g.left[2]
-        ax.text(text_x, y_top - 0.2, f"{g.role}: {g.formula}", ha="left", va="top", fontsize=9,
+        ax.text(text_x, y_top - 0.2, f"{tr(g.role, lang)}: {g.formula}", ha="left", va="top", fontsize=9,
                 fontweight="bold")
-        ax.text(text_x, y_top - 1.5, f"2·{m}·{k}·{g.right[2]} = {g.flops} FLOP\n= 2 per weight per token",
+        ax.text(text_x, y_top - 1.5, f"2·{m}·{k}·{g.right[2]} = {g.flops} FLOP\n" + tr("= 2 per weight per token", lang),
                 ha="left", va="top", fontsize=8)
     total = sum(g.flops for g in gemms)
-    ax.text(0, -0.6, f"outlined: one output element, a dot product of length d_in = {d_in} "
-            f"({d_in} multiplies, {d_in} adds)", ha="left", va="top", fontsize=8)
-    ax.set_title(f"one linear layer, T = {tokens} tokens, W is {d_in}×{d_out}: N = {n} weights\n"
-                 f"three products of {gemms[0].flops} FLOP = {total} = 6·N·T "
-                 f"(flops.training_flops({n}, {tokens}) = {flops.training_flops(n, tokens):g})", fontsize=9)
+    ax.text(0, -0.6, tr("outlined: one output element, a dot product of length d_in = {d} ({d} multiplies, {d} adds)",
+                        lang, d=d_in), ha="left", va="top", fontsize=8)
+    ax.set_title(tr("one linear layer, T = {t} tokens, W is {a}×{b}: N = {n} weights\n"
+                    "three products of {each} FLOP = {total} = 6·N·T", lang, t=tokens, a=d_in, b=d_out, n=n,
+                    each=gemms[0].flops, total=total)
+                 + f" (flops.training_flops({n}, {tokens}) = {flops.training_flops(n, tokens):g})", fontsize=9)
     ax.set_xlim(-0.2, text_x + 12.5)
     ax.set_ylim(-1.6, len(gemms) * row_h - 0.6)
     ax.set_aspect("equal")
@@ -113,25 +116,27 @@ def six_n(tokens: int = 4, d_in: int = 3, d_out: int = 5, n_layers: int = 32, d_
     left = 0.0
     for role in ("forward", "backward, input", "backward, weight"):
         bar.barh(1, tf[role] / g, left=left, color=_ROLE_COLOUR[role], hatch=_ROLE_HATCH[role],
-                 edgecolor="white", linewidth=0.6, label=f"{role} (2N)")
+                 edgecolor="white", linewidth=0.6, label=f"{tr(role, lang)} (2N)")
         bar.text(left + tf[role] / g / 2, 1, f"{_SHORT[role]}: 2N", ha="center", va="center", fontsize=8,
                  bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"})
         left += tf[role] / g
     a_f, a_b = tf["attention forward"] / g, tf["attention backward"] / g
-    bar.barh(0, a_f, color=plots.ACCENT, edgecolor="black", linewidth=0.6, label="attention scores, forward")
+    bar.barh(0, a_f, color=plots.ACCENT, edgecolor="black", linewidth=0.6,
+             label=tr("attention scores, forward", lang))
     bar.barh(0, a_b, left=a_f, color=plots.ACCENT, hatch="///", edgecolor="black", linewidth=0.6,
-             label="attention scores, backward")
+             label=tr("attention scores, backward", lang))
     share = flops.attention_fraction(n_layers, d_model, seq_len, n_params)
-    bar.text(a_f + a_b + 0.6, 0, f"QKᵀ and A·V at s = {seq_len} (causal): {a_f + a_b:.1f} GFLOP, "
-             f"{share:.1%} of 6N; no weights, grows with s", ha="left", va="center", fontsize=8)
-    bar.set_yticks([0, 1], ["attention", "dense 6N"], fontsize=8)
+    bar.text(a_f + a_b + 0.6, 0, tr("QKᵀ and A·V at s = {s} (causal): {g:.1f} GFLOP, {share:.1%} of 6N; "
+                                    "no weights, grows with s", lang, s=seq_len, g=a_f + a_b, share=share),
+             ha="left", va="center", fontsize=8)
+    bar.set_yticks([0, 1], [tr("attention", lang), tr("dense 6N", lang)], fontsize=8)
     bar.set_xlim(0, left * 1.02)
     bar.set_ylim(-0.6, 1.6)
-    bar.set_xlabel(f"training GFLOP per token, {n_params / 1e9:g}B model (L = {n_layers}, d = {d_model}): "
-                   f"6N = {left:.0f}", fontsize=8)
+    bar.set_xlabel(tr("training GFLOP per token, {b:g}B model (L = {L}, d = {d}): 6N = {six:.0f}", lang,
+                      b=n_params / 1e9, L=n_layers, d=d_model, six=left), fontsize=8)
     bar.tick_params(labelsize=8)
     bar.grid(False)
-    handles = [mpatches.Patch(facecolor=c, alpha=0.55, hatch=h, edgecolor="white", label=lab)
+    handles = [mpatches.Patch(facecolor=c, alpha=0.55, hatch=h, edgecolor="white", label=tr(lab, lang))
                for c, h, lab in _KIND.values()]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize=8)
     return fig
