@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 
-from course_lib.i18n import LANGS
+from course_lib.i18n import LANGS, translate
 
 # Okabe & Ito's colour-blind-safe palette (Color Universal Design, 2008): the measured, theory
 # and third/fourth series stay distinct under protanopia, deuteranopia and tritanopia.
@@ -92,6 +92,30 @@ def figure(ncols: int = 1, nrows: int = 1, lang: str = "en", **kwargs):
         ax.spines[["top", "right"]].set_visible(False)
         ax.set_prop_cycle(STYLE["axes.prop_cycle"])
     return fig, axes
+
+
+def translated(fig, lang: str = "en"):
+    """``fig`` with every word it shows in ``lang``: titles, labels, legends, annotations and fixed
+    tick labels, each looked up whole in ``course_lib.i18n`` (``translate``: a drawn text carries
+    its numbers, matched against the table's templates). For a drawer written in English: the
+    page draws it once per edition and calls this on the Chinese copy. Returns ``fig``."""
+    from matplotlib.text import Text
+    from matplotlib.ticker import FixedLocator
+    if lang == "en":
+        return fig
+    ticks = {id(t.label1) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis)
+             for t in axis.get_major_ticks() + axis.get_minor_ticks()} | {
+        id(t.label2) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for t in axis.get_major_ticks() + axis.get_minor_ticks()}
+    for text in fig.findobj(Text):
+        if text.get_text() and id(text) not in ticks:
+            text.set_text(translate(text.get_text(), lang))
+    for ax in fig.axes:                     # named ticks (set_xticks(ticks, labels)): the labels the axis formats
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_locator(), FixedLocator):
+                where = axis.get_major_locator()()
+                labels = axis.get_major_formatter().format_ticks(where)
+                axis.set_ticks(where, [translate(t, lang) for t in labels])
+    return fig
 
 
 def glued(fig):

@@ -52,7 +52,7 @@ def test_tr_is_the_text_in_english_and_its_entry_in_chinese() -> None:
 
 
 def test_tr_names_a_missing_entry_and_a_bad_language() -> None:
-    with pytest.raises(ValueError, match="no Chinese entry for 'not a course word'"):
+    with pytest.raises(ValueError, match="no Chinese entry for .not a course word.: add it to i18n_zh.json"):
         i18n.tr("not a course word", "zh")
     with pytest.raises(ValueError, match="lang must be one of"):
         i18n.tr("measured", "fr")
@@ -185,3 +185,38 @@ def test_chapter_drawers_speak_the_page_s_language_and_english_by_default() -> N
         en, zh = plots.glued(draw("en")), plots.glued(draw("zh"))
         assert en.axes[0].get_ylabel() == english and zh.axes[0].get_ylabel() == chinese
         assert zh.axes[0].yaxis.label.get_fontfamily()[0] == plots.cjk_font()
+
+
+def test_the_table_names_each_english_text_once() -> None:
+    import json
+    seen: list[str] = []
+
+    def pairs(items):
+        seen.extend(k for k, v in items if isinstance(v, str))
+        return dict(items)
+    json.loads(i18n.TABLE.read_text(encoding="utf-8"), object_pairs_hook=pairs)
+    twice = sorted({k for k in seen if seen.count(k) > 1})
+    assert not twice, f"{i18n.TABLE.name} gives these texts twice (the later entry would win): {twice}"
+
+
+def test_translate_fills_a_template_with_the_values_a_drawn_text_shows() -> None:
+    assert i18n.translate("theory, T/E = 8", "zh") == "理论，T/E = 8"
+    assert i18n.translate("δ = 30 s: first order", "zh") == "δ = 30 s：一阶近似"
+    assert i18n.translate("measured", "zh") == "实测" and i18n.translate("measured", "en") == "measured"
+    assert i18n.translate("BF16", "zh") == "BF16" and i18n.translate("", "zh") == ""
+    with pytest.raises(ValueError, match="no Chinese entry for 'a label nobody wrote 3'"):
+        i18n.translate("a label nobody wrote 3", "zh")
+
+
+def test_translated_turns_every_word_a_figure_shows_and_leaves_english_alone() -> None:
+    fig, ax = plots.figure()
+    ax.plot([0, 1], [0, 1], label="theory, T/E = 8")
+    ax.set_yticks([0, 1], ["actor 1", "learner"])
+    ax.set(title="Monte Carlo", xlabel="step")
+    ax.legend()
+    assert plots.translated(fig, "en") is fig and ax.get_title() == "Monte Carlo"
+    plots.glued(plots.translated(fig, "zh"))
+    fig.canvas.draw()                                  # fixed tick labels are re-drawn from their formatter
+    assert ax.get_title() == "蒙特卡洛" and ax.get_xlabel() == "步数"
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["actor 1", "学习器"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["理论，T/E = 8"]
