@@ -20,9 +20,9 @@ PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`",
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
 # the chapters whose tables and figures are glued per edition (the others: see the issue)
 CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures"]
-# cells that still print English on both editions: chapter 6's guarded run prints its event log (the run's
-# own log lines) and chapter 11 the layout planner's explanation (course_lib/layout writes it in English)
-STILL_ENGLISH = {"06_stability": [6], "11_tensor_context": [9]}
+# cells that still print English on both editions: chapter 11 prints the layout planner's explanation
+# (course_lib/layout writes it, in English)
+STILL_ENGLISH = {"11_tensor_context": [9]}
 
 
 def _load(name: str):
