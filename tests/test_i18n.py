@@ -220,3 +220,19 @@ def test_translated_turns_every_word_a_figure_shows_and_leaves_english_alone() -
     assert ax.get_title() == "蒙特卡洛" and ax.get_xlabel() == "步数"
     assert [t.get_text() for t in ax.get_yticklabels()] == ["actor 1", "学习器"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["理论，T/E = 8"]
+
+
+TEXT_ALLOWED = {"softmax", "nat"}     # a function's name as the code writes it; a unit
+
+
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_words_inside_text_in_the_chinese_formulas_are_chinese(stem: str) -> None:
+    """\\text{...} in a Chinese page's math is a word of the sentence (\\text{（完整）}), Chinese (a Latin
+    term may stand in it: 每 token 的 FLOP); a subscript (d_\\text{in}, \\tau^\\star_\\text{Daly}) is part of a
+    symbol's name and stays."""
+    _, zh = _pages(stem)
+    prose = CODE_CELL.sub("", zh)
+    english = [m[1] for m in re.finditer(r"(?<![_^])\\text\{([^{}]*)\}", prose)
+               if re.search(r"[a-z]{2,}", m[1]) and not re.search(r"[\u4e00-\u9fff]", m[1])
+               and m[1].strip() not in TEXT_ALLOWED]
+    assert not english, f"book/zh/{stem}.md: English words in \\text{{}}: {english}"
