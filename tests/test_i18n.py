@@ -236,3 +236,15 @@ def test_words_inside_text_in_the_chinese_formulas_are_chinese(stem: str) -> Non
                if re.search(r"[a-z]{2,}", m[1]) and not re.search(r"[\u4e00-\u9fff]", m[1])
                and m[1].strip() not in TEXT_ALLOWED]
     assert not english, f"book/zh/{stem}.md: English words in \\text{{}}: {english}"
+
+
+@pytest.mark.parametrize("stem", CONVERTED)
+def test_glued_figures_pass_the_built_site_s_alt_and_caption_rules(stem: str) -> None:
+    """tests/test_site_static.py reads the built figures: alt text and caption of at least four
+    words, split at spaces as the site test splits them (a Chinese sentence needs its Latin terms
+    and numbers spaced off, as the book writes them, to count)."""
+    for page in _pages(stem):
+        for m in GLUE_FIGURE.finditer(page):
+            alt = re.search(r"^:alt: (.*)$", m[2], re.M)[1]
+            caption = re.sub(r"\{glue:text\}`[^`]*`", "1.0", m[3])
+            assert len(alt.split()) >= 4 and len(caption.split()) >= 4, f"{m[1]}: alt or caption under four words"
