@@ -4,7 +4,7 @@ from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "course_lib"
 CORE = {"model", "dist", "dist_rank", "dist_errors", "dist_progress", "dist_check", "dist_reap", "_forkserver_guard", "hardware", "network", "corpus", "train", "plots",
-        "report", "widgets", "_validate", "atomic"}
+        "report", "widgets", "_validate", "atomic", "i18n"}
 SHARED_CALCULATORS = {"memory", "comm", "comm_alltoall"}
 
 
