@@ -313,6 +313,13 @@ def _pages(html_dir: Path) -> list[Path]:
             if not p.relative_to(html_dir).as_posix().startswith(("_static/", "_sources/"))]
 
 
+def _words(text: str) -> int:
+    """Words of a caption or alt text: space-separated ones, each Chinese character counting as one
+    (Chinese is written without spaces)."""
+    cjk = re.findall(r"[\u3400-\u9fff]", text)
+    return len(re.sub(r"[\u3400-\u9fff]", " ", text).split()) + len(cjk)
+
+
 def test_every_figure_is_numbered_captioned_and_described(html_dir: Path) -> None:
     """Rendered, as a reader sees them: a numbered caption and alt text on every figure, with the
     glued numbers filled in (no "…" or "{name}" left, no unresolved glue role), no caption twice
@@ -325,7 +332,7 @@ def test_every_figure_is_numbered_captioned_and_described(html_dir: Path) -> Non
             n += 1
             where = f"{page.relative_to(html_dir)}: {img.get('src', '')[-20:]}"
             alt = img.get("alt", "").strip()
-            if len(alt.split()) < 4 or re.search(r"(_images/|\.png|\.svg|^[0-9a-f]{20,})", alt):
+            if _words(alt) < 4 or re.search(r"(_images/|\.png|\.svg|^[0-9a-f]{20,})", alt):
                 bad.append(f"{where}: alt text {alt[:60]!r}")
             if placeholder.search(alt):
                 bad.append(f"{where}: alt text holds a placeholder: {alt[:100]!r}")
@@ -336,12 +343,12 @@ def test_every_figure_is_numbered_captioned_and_described(html_dir: Path) -> Non
                 continue
             text = caption.select_one(".caption-text")
             text = (text or caption).get_text(" ", strip=True)
-            if len(text.split()) < 4:
+            if _words(text) < 4:
                 bad.append(f"{where}: caption {text!r}")
             if placeholder.search(text):
                 bad.append(f"{where}: caption holds a placeholder: {text[:100]!r}")
             # a Chinese twin (book/zh/) shows its English page's very figures: the same caption there is by design
-            twin = str(page.relative_to(html_dir)).replace("book/zh/", "book/")
+            twin = re.sub(r"^(book|notebooks|solutions)/zh/", r"\1/", str(page.relative_to(html_dir)))
             if text in seen and seen[text].split(":")[0] != twin:
                 bad.append(f"{where}: the same caption as {seen[text]}: {text[:80]!r}")
             seen.setdefault(text, where)
@@ -404,8 +411,9 @@ def _chinese_first(results: list) -> bool:
     pages, the glossary's entry) come first, the glossary among them, and only then the English
     sections found through the glossary's English term."""
     own = [r[0] for r in results if r[4] >= 1000]    # course_search.js: 1000 per word matched itself
+    # (the Chinese edition: its pages and its notebook twins)
     return (results[:len(own)] == [r for r in results if r[4] >= 1000] and "book/glossary" in own
-            and (own[0].startswith("book/zh/") or own[0] == "book/glossary"))
+            and (re.match(r"(book|notebooks|solutions)/zh/", own[0]) is not None or own[0] == "book/glossary"))
 
 
 @needs_node

@@ -172,7 +172,8 @@ class TwinFigureLabels(SphinxTransform):
         if not is_zh(self.env.docname):
             return
         doc = self.document
-        for name in [n for n in doc.nameids if n.startswith("fig-") and not n.startswith("fig-book-")]:
+        auto = ("fig-book-", "fig-notebooks-", "fig-solutions-")      # course_figures' own, unique per page
+        for name in [n for n in doc.nameids if n.startswith("fig-") and not n.startswith(auto)]:
             new = LABEL_PREFIX + name
             node_id = doc.nameids.pop(name)
             doc.nameids[new] = node_id
@@ -244,4 +245,4 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(TwinNotebookCaptions)
     app.connect("html-page-context", _on_page_context)
     # env_version: a build that read its pages with another version of these transforms reads them again
-    return {"version": __version__, "env_version": 3, "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": __version__, "env_version": 4, "parallel_read_safe": True, "parallel_write_safe": True}
