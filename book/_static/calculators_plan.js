@@ -282,7 +282,7 @@
       if (precision === "fp8") {
         p8 = D.accelerators[gpu].fp8 || 0.0;
         if (!p8) fail("precision='fp8': gpu='" + gpu + "' has no FP8 tensor cores (no dense FP8 peak in " +
-                      "course_lib.hardware); use precision='bf16' or a chip with FP8: " +
+                      "the course's hardware table); use precision='bf16' or a chip with FP8: " +
                       Object.keys(D.accelerators).filter(function (x) { return D.accelerators[x].fp8; }).join(", "));
       } else if (precision !== "bf16") fail("precision must be one of 'bf16', 'fp8', got '" + precision + "'");
       if (nl > P.max_layers) fail("n_layers must be <= " + P.max_layers + ", got " + L.show(L.intRepr(nl)));

@@ -165,7 +165,7 @@ def _fp8_peak(acc, precision, compute_mfu) -> float:
     p8 = acc.peak_flops.get("fp8", 0.0)
     if not p8:
         raise ValueError(f"precision='fp8': gpu={acc.name!r} has no FP8 tensor cores (no dense FP8 peak in "
-                         f"course_lib.hardware); use precision='bf16' or a chip with FP8: "
+                         f"the course's hardware table); use precision='bf16' or a chip with FP8: "
                          f"{', '.join(n for n, a in ACCELERATORS.items() if a.peak_flops.get('fp8'))}")
     if compute_mfu is not None:
         raise ValueError(f"precision='fp8' needs the step model: compute_mfu={compute_mfu!r} is a flat share of "
