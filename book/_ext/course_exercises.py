@@ -125,8 +125,10 @@ def answers_role(name, rawtext, text, lineno, inliner, options=None, content=Non
     env = inliner.document.settings.env
     if not env.config.course_solutions:
         return [], []
-    target = f"/{SOLUTIONS_DIR}/{text.strip()}"
-    label = "参考答案" if env.docname.startswith("book/zh/") else "worked answers"   # the Chinese edition
+    zh = env.docname.startswith("book/zh/")          # the Chinese edition links its own twin
+    twin = f"/{SOLUTIONS_DIR}/zh/{text.strip()}"
+    target = twin if zh and twin.lstrip("/") in env.found_docs else f"/{SOLUTIONS_DIR}/{text.strip()}"
+    label = "参考答案" if zh else "worked answers"
     ref = addnodes.pending_xref(rawtext, nodes.inline(rawtext, label), refdomain="std",
                                 reftype="doc", reftarget=target, refexplicit=True, refwarn=True,
                                 refdoc=env.docname)
