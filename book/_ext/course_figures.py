@@ -217,6 +217,25 @@ def mark_wide(figure: nodes.figure, bundle: nodes.Element, srcdir: str = "") -> 
     figure["classes"] += ["course-wide-figure", f"course-minw-{least}"]
 
 
+_GLUE_TEXT = re.compile(r"\{glue(?::text)?\}`([^`:]+)(?::([^`]*))?`")
+
+
+def glued_alt(alt: str, document: nodes.document) -> str:
+    """An alt text with its ``{glue:text}`key:fmt``` roles replaced by the glued values, as the
+    caption's roles are (an option's text is not parsed as MyST); a key the page did not glue
+    stays as written, so the site test names it."""
+    from myst_nb.core.variables import format_plain_text
+    from myst_nb.ext.glue.utils import retrieve_glue_data
+
+    def value(m: re.Match) -> str:
+        try:
+            data = retrieve_glue_data(document, m.group(1)).data
+            return format_plain_text(data["text/plain"], m.group(2) or "")
+        except Exception:   # noqa: BLE001 (RetrievalError, no text/plain, a bad format): leave it visible
+            return m.group(0)
+    return _GLUE_TEXT.sub(value, alt)
+
+
 class CaptionCellFigures(SphinxTransform):
     """Wrap each image output of a notebook cell in a numbered figure with caption and alt text."""
     default_priority = 500
@@ -224,6 +243,9 @@ class CaptionCellFigures(SphinxTransform):
     def apply(self, **kwargs: Any) -> None:
         docname = self.env.docname
         count = 0
+        for image in self.document.findall(nodes.image):   # a {glue:figure}'s :alt: is plain text
+            if "{glue" in image.get("alt", ""):
+                image["alt"] = glued_alt(image["alt"], self.document)
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
