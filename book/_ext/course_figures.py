@@ -220,20 +220,29 @@ def mark_wide(figure: nodes.figure, bundle: nodes.Element, srcdir: str = "") -> 
 _GLUE_TEXT = re.compile(r"\{glue(?::text)?\}`([^`:]+)(?::([^`]*))?`")
 
 
-def glued_alt(alt: str, document: nodes.document) -> str:
-    """An alt text with its ``{glue:text}`key:fmt``` roles replaced by the glued values, as the
-    caption's roles are (an option's text is not parsed as MyST); a key the page did not glue
-    stays as written, so the site test names it."""
+def glued_alt(alt: str, glue: dict) -> str:
+    """An alt text with its ``{glue:text}`key:fmt``` roles replaced by the glued values (``glue``:
+    the page's glue data, as myst-nb writes it), as the caption's roles are (an option's text is not
+    parsed as MyST); a key the page did not glue stays as written, so the site test names it."""
     from myst_nb.core.variables import format_plain_text
-    from myst_nb.ext.glue.utils import retrieve_glue_data
 
     def value(m: re.Match) -> str:
         try:
-            data = retrieve_glue_data(document, m.group(1)).data
-            return format_plain_text(data["text/plain"], m.group(2) or "")
-        except Exception:   # noqa: BLE001 (RetrievalError, no text/plain, a bad format): leave it visible
+            return format_plain_text(glue[m.group(1)]["data"]["text/plain"], m.group(2) or "")
+        except Exception:   # noqa: BLE001 (no such key, no text/plain, a bad format): leave it visible
             return m.group(0)
     return _GLUE_TEXT.sub(value, alt)
+
+
+def page_glue(app: Any, docname: str) -> dict:
+    """The glue data myst-nb wrote for ``docname`` (``<build>/jupyter_execute/<doc>.glue.json``,
+    written while the page was parsed; the renderer that held it is gone by transform time)."""
+    import json
+    path = Path(app.outdir).parent / "jupyter_execute" / f"{docname}.glue.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
 
 
 class CaptionCellFigures(SphinxTransform):
@@ -243,9 +252,11 @@ class CaptionCellFigures(SphinxTransform):
     def apply(self, **kwargs: Any) -> None:
         docname = self.env.docname
         count = 0
+        glue = None
         for image in self.document.findall(nodes.image):   # a {glue:figure}'s :alt: is plain text
             if "{glue" in image.get("alt", ""):
-                image["alt"] = glued_alt(image["alt"], self.document)
+                glue = page_glue(self.app, docname) if glue is None else glue
+                image["alt"] = glued_alt(image["alt"], glue)
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
@@ -307,4 +318,4 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(CaptionCellFigures)
     app.add_js_file("course_scroll.js", loading_method="defer")   # the cue on a box that scrolls sideways
     # env_version: a build that read its pages with another version of this transform reads them again
-    return {"version": __version__, "env_version": 3, "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"version": __version__, "env_version": 4, "parallel_read_safe": True, "parallel_write_safe": True}
