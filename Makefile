@@ -43,9 +43,9 @@ exercises: $(VENV_OK)
 	$(PY) -m course_lib.grading generate solutions exercises
 
 # Three parts. (1) Everything except the few timing tests, on JOBS pytest-xdist workers, one test
-# file (or notebook) per worker at a time: most tests wait on processes, browsers and kernels (with
-# two workers and the book building beside them a 2-core run used 44 % of its CPU time: 14.5 of 33
-# core-minutes), so three workers keep two cores busy. The notebooks (labs and worked answers) run in this same session, but
+# file (or notebook) per worker at a time: most tests wait on processes, browsers and kernels, so two
+# workers keep two cores busy (a third was measured slower on 2 cores: 14:46 against 14:18 for the
+# first part, the book building beside them). The notebooks (labs and worked answers) run in this same session, but
 # their kernels compute on a second CPU kernel path (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 machine,
 # default elsewhere; the plugin course_lib.nbtools_pytest sets it for each notebook's kernel only),
 # so a stored output that only this machine reproduces fails here instead of on a reader's or an
@@ -55,7 +55,7 @@ exercises: $(VENV_OK)
 # kernels. (2) The unit tests that compare numbers computed two ways (split across ranks vs. whole,
 # one optimizer vs. its reference: NUMERIC_TESTS) again, wholly under the second kernel path. (3)
 # The tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
-JOBS ?= 3
+JOBS ?= 2
 # The Chinese twins (notebooks|solutions|exercises/zh) are never executed: their code cells and outputs
 # equal the English notebook's byte for byte (tests/test_twins.py), which nbval checks here.
 ZH_TWINS_IGNORE := --ignore=notebooks/zh --ignore=solutions/zh --ignore=exercises/zh
