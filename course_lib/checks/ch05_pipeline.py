@@ -29,23 +29,36 @@ IMBALANCE_TF = [10.0, 10.0, 10.0, 20.0]
 IMBALANCE_M = 8
 
 
-def _grade_order(answer) -> tuple[float, str]:
-    """Put the student's order on stage ORDER_STAGE, 1F1B on the others, and simulate it."""
+def _simulated(answer, name: str, p: int, m: int, stage: int):
+    """The student's order put on ``stage`` of schedule ``name`` (the other stages keep theirs) and
+    simulated at t_f = 1, t_b = 2: ``(timeline, None, "")``, or ``(None, kind, text)`` when it cannot
+    run, kind "parse", "deadlock" or "incomplete" (the caller words the message for its schedule)."""
     try:
         ops = parse_ops(answer)
     except ValueError as e:
-        return 0.0, msg("{error}.", error=str(e))
-    orders = schedule("1f1b", ORDER_P, ORDER_M)
-    orders[ORDER_STAGE] = ops
+        return None, "parse", str(e)
+    orders = schedule(name, p, m)
+    orders[stage] = ops
     try:
-        tl = pipeline.simulate(orders, t_forward=1.0, t_backward=2.0)
+        return pipeline.simulate(orders, t_forward=1.0, t_backward=2.0), None, ""
     except pipeline.ScheduleError as e:
         text = str(e)
         if text.startswith("deadlock"):
-            return 0.0, msg("With the other stages running 1F1B your order can never finish ({error}). "
-                            "A stage cannot run ahead with all forwards while its neighbours already "
-                            "wait for backwards (GPipe and 1F1B do not mix).", error=text)
-        return 0.0, msg("Not a complete order: {error}.", error=text.removeprefix(f"rank {ORDER_STAGE}: "))
+            return None, "deadlock", text
+        return None, "incomplete", text.removeprefix(f"rank {stage}: ")
+
+
+def _grade_order(answer) -> tuple[float, str]:
+    """Put the student's order on stage ORDER_STAGE, 1F1B on the others, and simulate it."""
+    tl, kind, text = _simulated(answer, "1f1b", ORDER_P, ORDER_M, ORDER_STAGE)
+    if kind == "parse":
+        return 0.0, msg("{error}.", error=text)
+    if kind == "deadlock":
+        return 0.0, msg("With the other stages running 1F1B your order can never finish ({error}). "
+                        "A stage cannot run ahead with all forwards while its neighbours already "
+                        "wait for backwards (GPipe and 1F1B do not mix).", error=text)
+    if kind:
+        return 0.0, msg("Not a complete order: {error}.", error=text)
     ref = pipeline.simulate("1f1b", ORDER_P, ORDER_M, t_forward=1.0, t_backward=2.0).makespan()
     limit = ORDER_P - ORDER_STAGE
     peak = int(tl.peak_in_flight[ORDER_STAGE])
@@ -75,21 +88,15 @@ def _grade_order(answer) -> tuple[float, str]:
 def _grade_zb_order(answer) -> tuple[float, str]:
     """Put the student's order on stage ZB_STAGE, ZB-H1 on the others, and simulate it (t_f = 1,
     t_b = 2 split into B = W = 1): complete, deadlock-free, at most p in flight, as fast as ZB-H1."""
-    try:
-        ops = parse_ops(answer)
-    except ValueError as e:
-        return 0.0, msg("{error}.", error=str(e))
-    orders = schedule("zb-h1", ZB_P, ZB_M)
-    orders[ZB_STAGE] = ops
-    try:
-        tl = pipeline.simulate(orders, t_forward=1.0, t_backward=2.0)
-    except pipeline.ScheduleError as e:
-        text = str(e)
-        if text.startswith("deadlock"):
-            return 0.0, msg("With the other stages running ZB-H1 your order can never finish ({error}): a B "
-                            "waits for the next stage's B, and the previous stage waits for yours.", error=text)
+    tl, kind, text = _simulated(answer, "zb-h1", ZB_P, ZB_M, ZB_STAGE)
+    if kind == "parse":
+        return 0.0, msg("{error}.", error=text)
+    if kind == "deadlock":
+        return 0.0, msg("With the other stages running ZB-H1 your order can never finish ({error}): a B "
+                        "waits for the next stage's B, and the previous stage waits for yours.", error=text)
+    if kind:
         return 0.0, msg("Not a complete order: {error}. Every microbatch needs its F, its B and its W.",
-                        error=text.removeprefix(f"rank {ZB_STAGE}: "))
+                        error=text)
     ref = pipeline.simulate("zb-h1", ZB_P, ZB_M, t_forward=1.0, t_backward=2.0).makespan()
     plain = pipeline.simulate("1f1b", ZB_P, ZB_M, t_forward=1.0, t_backward=2.0).makespan()
     peak = int(tl.peak_in_flight[ZB_STAGE])
