@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_twins import _nb, _translate, _write
+from test_twins import _nb, _twin_translated, _write
 
 from course_lib import nbtwin
 
@@ -16,9 +16,7 @@ def _lab(tmp_path: Path, caption: str) -> tuple[Path, Path]:
     nb["cells"][1]["metadata"] = {"mystnb": {"figure": {"caption": caption}}}
     en = _write(tmp_path / "notebooks" / "lab.ipynb", nb)
     zh = tmp_path / "notebooks" / "zh" / "lab.ipynb"
-    nbtwin.sync(en, zh)
-    _translate(zh)
-    nbtwin.stamp(zh)
+    _twin_translated(en, zh)
     return en, zh
 
 

@@ -144,6 +144,13 @@ def _translate(zh: Path, text: str = "中文") -> None:
     _write(zh, nb)
 
 
+def _twin_translated(en: Path, zh: Path) -> None:
+    """A twin made by sync, its Markdown translated and stamped: a twin in step with its English."""
+    nbtwin.sync(en, zh)
+    _translate(zh)
+    nbtwin.stamp(zh)
+
+
 @pytest.fixture
 def course(tmp_path: Path) -> tuple[Path, Path]:
     en = _write(tmp_path / "notebooks" / "lab.ipynb",
@@ -166,9 +173,7 @@ def test_sync_creates_an_untranslated_twin_and_stamp_marks_it(course) -> None:
 
 def test_check_names_code_drift_and_sync_repairs_it(course) -> None:
     en, zh = course
-    nbtwin.sync(en, zh)
-    _translate(zh)
-    nbtwin.stamp(zh)
+    _twin_translated(en, zh)
     nb = json.loads(en.read_text(encoding="utf-8"))
     nb["cells"][1]["outputs"][0]["text"] = "changed\n"
     _write(en, nb)
@@ -181,9 +186,7 @@ def test_check_names_code_drift_and_sync_repairs_it(course) -> None:
 
 def test_a_changed_english_cell_shows_as_stale(course) -> None:
     en, zh = course
-    nbtwin.sync(en, zh)
-    _translate(zh)
-    nbtwin.stamp(zh)
+    _twin_translated(en, zh)
     nb = json.loads(en.read_text(encoding="utf-8"))
     nb["cells"][2]["source"] = "Other words."
     _write(en, nb)
