@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))    # as Sphinx's local_extensions does: it imports course_editions
 _spec = importlib.util.spec_from_file_location("course_zh_chrome", ROOT / "book" / "_ext" / "course_zh_chrome.py")
 chrome = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(chrome)

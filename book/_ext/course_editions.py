@@ -38,7 +38,6 @@ from sphinx.transforms import SphinxTransform
 
 __version__ = "1.2"
 logger = logging.getLogger(__name__)
-EN_DIR = "book/"
 ZH_DIR = "book/zh/"
 ZH_HOME = "book/zh/index"
 LABEL_PREFIX = "zh-"            # zh-sec-01-mfu is the twin of sec-01-mfu

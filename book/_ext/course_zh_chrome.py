@@ -27,8 +27,9 @@ from typing import Any
 
 from sphinx.application import Sphinx
 
+from course_editions import is_zh, twin   # where each edition's twins live: one place
+
 __version__ = "1.0"
-ZH_ROOTS = ("book/zh/", "notebooks/zh/", "solutions/zh/")
 BOOK_ZH = "预训练，实测"
 ENGLISH = "英文"
 
@@ -75,10 +76,6 @@ _FIGNUM = re.compile(r'(<span class="caption-number">)Fig\. ')
 _CHAPTER = re.compile(r"^book/(\d\d)_")
 
 
-def is_zh_doc(docname: str) -> bool:
-    return docname.startswith(ZH_ROOTS)
-
-
 def translate_chrome(page: str) -> str:
     """The theme's words in Chinese, outside the article (whose text is left as written)."""
     def text(m: re.Match) -> str:
@@ -103,12 +100,6 @@ def translate_chrome(page: str) -> str:
     return re.sub(r"(<title>.*?) &#8212; [^<]*</title>", rf"\1 &#8212; {BOOK_ZH}</title>", page, count=1, flags=re.S)
 
 
-def zh_twin(docname: str) -> str:
-    """Where the Chinese twin of an English page, lab or exercise set lives."""
-    top, _, rest = docname.partition("/")
-    return f"{top}/zh/{rest}"
-
-
 def sidebar_parts(docs: set[str], titles: dict[str, str], toc: list[tuple[str, list[str]]]) -> list[tuple[str, list[tuple[str, str, bool]]]]:
     """The Chinese sidebar: for each chapter part of the book's toc, (caption, [(docname, title,
     translated)]) with each entry's Chinese twin where one exists; then the Chinese back matter."""
@@ -118,9 +109,9 @@ def sidebar_parts(docs: set[str], titles: dict[str, str], toc: list[tuple[str, l
             continue
         items = []
         for doc in entries:
-            zh = zh_twin(doc)
-            items.append((zh, titles.get(zh, ""), True) if zh in docs else (doc, titles.get(doc, ""), False))
-        head = titles.get(zh_twin(entries[0]), "") or titles.get(entries[0], "")
+            zh = twin(doc, docs)
+            items.append((zh, titles.get(zh, ""), True) if zh else (doc, titles.get(doc, ""), False))
+        head = titles.get(twin(entries[0], docs) or "", "") or titles.get(entries[0], "")
         number = int(_CHAPTER.match(entries[0]).group(1))
         parts.append((f"{number} · {re.split('[：:—]', head)[0].strip()}", items))
     back = [(d, titles.get(d, ""), True) for d in sorted(docs)
@@ -181,7 +172,7 @@ def rewrite_zh_pages(app: Sphinx, exception: Exception | None) -> None:
     titles = {d: app.env.titles[d].astext() for d in docs if d in app.env.titles}
     parts = sidebar_parts(docs, titles, _toc(app))
     out = Path(app.outdir)
-    for doc in sorted(d for d in docs if is_zh_doc(d)):
+    for doc in sorted(d for d in docs if is_zh(d)):
         path = out / (doc + ".html")
         if not path.is_file():
             continue
