@@ -69,6 +69,8 @@ def _load(path: Path) -> dict:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TwinError(f"{path}: no such notebook") from None
+    except (OSError, ValueError) as e:      # unreadable, not UTF-8, not JSON: say so, naming the file
+        raise TwinError(f"{path}: not a readable notebook ({type(e).__name__}: {e})") from None
 
 
 def _write(path: Path, nb: dict) -> None:

@@ -229,3 +229,15 @@ def test_latin_prose_skips_code_math_targets_acronyms_and_the_allowlist() -> Non
             "```{admonition} 运行环境\n:class: note\n这是 a stray English sentence.\n```")
     assert nbtwin.latin_words(text, ["FlopCounterMode"]) == ["stray", "English", "sentence"]
     assert nbtwin.latin_words("{doc}`the chapter <../book/01_flops>`") == ["the", "chapter"]
+
+
+def test_a_corrupt_twin_is_named_not_a_traceback(course, capsys) -> None:
+    """A twin that is not JSON (a half-written file, a merge conflict) is reported by check, naming
+    the file, and sync refuses it with exit status 2 instead of a traceback."""
+    en, zh = course
+    _twin_translated(en, zh)
+    zh.write_text("{not json", encoding="utf-8")
+    assert any(str(zh) in p and "not a readable notebook" in p for p in nbtwin.problems(zh))
+    assert nbtwin.main(["check", "--root", str(en.parents[1])]) == 1
+    assert nbtwin.main(["sync", str(en), str(zh)]) == 2
+    assert "not a readable notebook" in capsys.readouterr().err
