@@ -4,7 +4,8 @@ A chapter page and its Chinese twin run the same code cells byte for byte (tests
 so a table or a figure whose text is English would appear in English on both. Instead the shared
 cell draws it twice from the same result, once per language, and glues both (``fig_x`` and
 ``fig_x_zh``); each edition pastes its own. The Chinese words come from one table,
-``course_lib/i18n_zh.json`` (``{section: {English text: Chinese}}``, a section per chapter), looked up
+the folder ``course_lib/i18n_zh/`` (one ``{English text: Chinese}`` file per chapter or module, so
+a chapter's words live beside each other and two chapters' translators never edit one file), looked up
 by the English text (gettext-style, like the grader's messages in ``course_lib/grading/i18n.py``, which
 live apart because the grader's tables are hidden from a graded run's sandbox)::
 
@@ -33,14 +34,24 @@ LANGS = ("en", "zh")
 WORD = re.compile(r"[a-z]{2,}")    # text without two lower-case letters in a row (D*/N*, BF16) is symbols and names
 MATH = re.compile(r"(?<!\\)\$[^$]*\$")   # matplotlib math: symbols, whatever letters it spells
 
-TABLE = Path(__file__).with_name("i18n_zh.json")   # {section: {English text: Chinese}}, sections per chapter
+TABLE = Path(__file__).with_name("i18n_zh")   # one {English text: Chinese} file per chapter or module
 
 
 @functools.cache
 def _table() -> Mapping[str, str]:
-    """The Chinese table, read once, on first use (English output never needs the file)."""
-    sections = json.loads(TABLE.read_text(encoding="utf-8"))
-    return MappingProxyType({en: zh for section in sections.values() for en, zh in section.items()})
+    """The Chinese table, read once, on first use (English output never needs it): every file of
+    :data:`TABLE` merged. An English text two files give different Chinese is an error naming both
+    files, so a chapter cannot silently change another chapter's words."""
+    table: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for path in sorted(TABLE.glob("*.json")):
+        for en, zh in json.loads(path.read_text(encoding="utf-8")).items():
+            if en in table and table[en] != zh:
+                raise ValueError(f"{en!r} is {table[en]!r} in {where[en]} but {zh!r} in {path.name}: "
+                                 f"one English text, one Chinese")
+            table.setdefault(en, zh)
+            where.setdefault(en, path.name)
+    return MappingProxyType(table)
 
 
 def __getattr__(name: str) -> Mapping[str, str]:
@@ -64,7 +75,7 @@ def tr(text: str, lang: str = "en", *, context: str = "", **values: object) -> s
             return text.format(**values) if values else text     # symbols only: "N = √(C/120)", "D*/N*"
         if key not in _table():
             raise ValueError(f"no Chinese entry for {text!r}{f' ({context})' if context else ''}: "
-                             f"add it to {TABLE.name}")
+                             f"add it to {TABLE.name}/<chapter>.json")
         text = _table()[key]
     return text.format(**values) if values else text
 
@@ -108,4 +119,4 @@ def translate(text: str, lang: str = "en") -> str:
     for pattern, zh in _templates():
         if m := pattern.fullmatch(text):
             return zh.format(**m.groupdict())
-    raise ValueError(f"no Chinese entry for {text!r}: add it (or its template) to {TABLE.name}")
+    raise ValueError(f"no Chinese entry for {text!r}: add it (or its template) to {TABLE.name}/<chapter>.json")

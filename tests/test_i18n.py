@@ -52,10 +52,28 @@ def test_tr_is_the_text_in_english_and_its_entry_in_chinese() -> None:
 
 
 def test_tr_names_a_missing_entry_and_a_bad_language() -> None:
-    with pytest.raises(ValueError, match="no Chinese entry for .not a course word.: add it to i18n_zh.json"):
+    with pytest.raises(ValueError, match="no Chinese entry for .not a course word.: add it to i18n_zh/<chapter>.json"):
         i18n.tr("not a course word", "zh")
     with pytest.raises(ValueError, match="lang must be one of"):
         i18n.tr("measured", "fr")
+
+
+def test_the_table_is_one_across_its_files_and_a_conflict_names_both(tmp_path, monkeypatch) -> None:
+    """Each chapter keeps its words in its own file; an English text two files translate differently
+    is refused, naming both files, instead of one chapter's Chinese silently winning."""
+    assert len(list(i18n.TABLE.glob("*.json"))) > 1 and i18n.ZH["measured"] == "实测"
+    (tmp_path / "a.json").write_text('{"measured": "实测", "ratio": "比值"}', encoding="utf-8")
+    (tmp_path / "b.json").write_text('{"measured": "测得"}', encoding="utf-8")
+    monkeypatch.setattr(i18n, "TABLE", tmp_path)
+    i18n._table.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"'measured' is '实测' in a.json but '测得' in b.json"):
+            i18n.tr("ratio", "zh")
+        (tmp_path / "b.json").write_text('{"measured": "实测"}', encoding="utf-8")   # the same words: fine
+        i18n._table.cache_clear()
+        assert i18n.tr("ratio", "zh") == "比值"
+    finally:
+        i18n._table.cache_clear()
 
 
 def test_every_chinese_entry_is_chinese_and_in_the_bundled_font() -> None:
@@ -187,16 +205,20 @@ def test_chapter_drawers_speak_the_page_s_language_and_english_by_default() -> N
         assert zh.axes[0].yaxis.label.get_fontfamily()[0] == plots.cjk_font()
 
 
-def test_the_table_names_each_english_text_once() -> None:
+def test_each_file_names_each_english_text_once() -> None:
+    """json keeps the later of two equal keys in one object silently: each file lists a text once
+    (across files, the loader refuses two different translations)."""
     import json
-    seen: list[str] = []
+    for path in sorted(i18n.TABLE.glob("*.json")):
+        seen: list[str] = []
 
-    def pairs(items):
-        seen.extend(k for k, v in items if isinstance(v, str))
-        return dict(items)
-    json.loads(i18n.TABLE.read_text(encoding="utf-8"), object_pairs_hook=pairs)
-    twice = sorted({k for k in seen if seen.count(k) > 1})
-    assert not twice, f"{i18n.TABLE.name} gives these texts twice (the later entry would win): {twice}"
+        def pairs(items):
+            seen.extend(k for k, v in items)
+            return dict(items)
+        json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs)
+        twice = sorted({k for k in seen if seen.count(k) > 1})
+        assert not twice, f"{path.name} gives these texts twice (the later entry would win): {twice}"
+    assert len(i18n.ZH) > 500
 
 
 def test_translate_fills_a_template_with_the_values_a_drawn_text_shows() -> None:

@@ -23,7 +23,7 @@ CJK = re.compile(r"[\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\
 SOURCES = ("book/*.md", "book/zh/*.md", "book/zh/terms.yml", "course_lib/grading/handout.py",
            "book/references.bib", "notebooks/*.ipynb", "solutions/*.ipynb",
            # words the scripts write on the page
-           "notebooks/zh/*.ipynb", "solutions/zh/*.ipynb", "course_lib/claims_zh.py", "course_lib/i18n_zh.json",
+           "notebooks/zh/*.ipynb", "solutions/zh/*.ipynb", "course_lib/claims_zh.py", "course_lib/i18n_zh/*.json",
            "book/_static/calculators_i18n.js", "book/_static/course_editions.js", "book/_ext/course_editions.py",
            "book/_static/course_search.js", "book/_ext/course_zh_chrome.py")
 
