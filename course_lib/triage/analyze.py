@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.i18n import tr
+
 from .recorder import dump_path
 
 __all__ = ["DumpError", "Verdict", "analyze", "analyze_dumps", "read_dumps"]
@@ -74,27 +76,30 @@ def _what(e: dict) -> str:
     return f"{e['op']} {e['name']!r}"
 
 
-def _doing(d: dict) -> str:
+def _doing(d: dict, lang: str = "en") -> str:
     cur = d.get("current")
-    if cur and cur["kind"] == "compute":
-        return (f"in compute {cur['name']!r} for {d['dumped_at'] - cur['t_started']:.1f} s when it dumped "
-                f"({d['reason']})")
+    if cur and cur["kind"] == "compute":    # the reason is the recorder's own line, as it dumped it
+        return tr("in compute {name!r} for {secs:.1f} s when it dumped ({reason})", lang, name=cur["name"],
+                  secs=d["dumped_at"] - cur["t_started"], reason=d["reason"])
     if cur:
-        return f"waiting in {_what(cur)} (its seq {cur['seq']}, state {cur['state']})"
+        return tr("waiting in {what} (its seq {seq}, state {state})", lang, what=_what(cur), seq=cur["seq"],
+                  state=cur["state"])
     done = [e for e in d["entries"] if e["kind"] == "collective"]
-    last = f"; its last collective was {_what(done[-1])} (seq {done[-1]['seq']}, {done[-1]['state']})" if done else ""
-    return f"not in any collective{last}"
+    last = tr("; its last collective was {what} (seq {seq}, {state})", lang, what=_what(done[-1]),
+              seq=done[-1]["seq"], state=done[-1]["state"]) if done else ""
+    return tr("not in any collective{last}", lang, last=last)
 
 
-def analyze(folder: str | Path, world_size: int) -> Verdict:
-    """The verdict of one run's dumps in ``folder`` (``world_size`` ranks)."""
+def analyze(folder: str | Path, world_size: int, lang: str = "en") -> Verdict:
+    """The verdict of one run's dumps in ``folder`` (``world_size`` ranks); its message in ``lang``."""
     dumps, missing = read_dumps(folder, world_size)
-    return analyze_dumps(dumps, missing)
+    return analyze_dumps(dumps, missing, lang)
 
 
-def analyze_dumps(dumps: dict[int, dict], missing: list[int] = ()) -> Verdict:
+def analyze_dumps(dumps: dict[int, dict], missing: list[int] = (), lang: str = "en") -> Verdict:
     """The verdict of dumps already read (``dumps[rank]``, as :func:`read_dumps` returns them; a
-    JSON file's string keys are accepted), ``missing`` the ranks that left none."""
+    JSON file's string keys are accepted), ``missing`` the ranks that left none. The message (and
+    ``doing``) are written in ``lang`` (course_lib.i18n); ``kind`` and ``collective`` stay keys."""
     dumps, missing = {int(r): d for r, d in dumps.items()}, list(missing)
     if not dumps:
         raise DumpError("no flight-recorder dump given")
@@ -102,15 +107,17 @@ def analyze_dumps(dumps: dict[int, dict], missing: list[int] = ()) -> Verdict:
                if d.get("current") and d["current"]["kind"] == "collective"}
     failed = {r: e for r, d in dumps.items() for e in d["entries"] if e.get("state") in ("failed", "mismatch")}
     pending = {**failed, **waiting}
-    lost = (f"; rank(s) {', '.join(map(str, missing))} left no dump (died, or killed before their recorder "
-            f"dumped)" if missing else "")
+    lost = tr("; rank(s) {ranks} left no dump (died, or killed before their recorder dumped)", lang,
+              ranks=", ".join(map(str, missing))) if missing else ""
+    unknown = tr("unknown: it left no dump", lang)
     if not pending:
         if missing:
             r = missing[0]
-            return Verdict(r, "no dump", None, "", "unknown: it left no dump", missing,
-                           f"rank {r} left no dump (it died, or was killed before its recorder dumped) and no other "
-                           f"rank was waiting in a collective")
-        return Verdict(None, "none", None, "", "", [], "no rank was waiting in a collective: the dumps show no hang")
+            return Verdict(r, "no dump", None, "", unknown, missing,
+                           tr("rank {r} left no dump (it died, or was killed before its recorder dumped) and no "
+                              "other rank was waiting in a collective", lang, r=r))
+        return Verdict(None, "none", None, "", "", [],
+                       tr("no rank was waiting in a collective: the dumps show no hang", lang))
     seq = min(e["seq"] for e in pending.values())
     at = {r: next((e for e in d["entries"] if e["seq"] == seq), None) for r, d in dumps.items()}
     sigs = collections.Counter(_sig(e) for e in at.values() if e is not None)
@@ -123,33 +130,41 @@ def analyze_dumps(dumps: dict[int, dict], missing: list[int] = ()) -> Verdict:
         if e is None and d["next_seq"] <= seq:
             cur = d.get("current")
             kind = "stuck in compute" if cur and cur["kind"] == "compute" else "never entered"
-            odd.append((r, kind, _doing(d)))
+            odd.append((r, kind, _doing(d, lang)))
         elif e is None:
-            odd.append((r, "ring overwritten", f"its ring no longer holds seq {seq} (capacity {d['capacity']})"))
+            odd.append((r, "ring overwritten", tr("its ring no longer holds seq {seq} (capacity {capacity})", lang,
+                                                  seq=seq, capacity=d["capacity"])))
         elif _sig(e) != ref_sig:
             kind = ("skipped" if e["name"] != ref["name"] else
                     "different collective" if e["op"] != ref["op"] else "mismatched size")
-            doing = f"in {_what(e)} with sizes {e['sizes']} {e['dtype']} (its seq {seq})"
+            doing = tr("in {what} with sizes {sizes} {dtype} (its seq {seq})", lang, what=_what(e),
+                       sizes=e["sizes"], dtype=e["dtype"], seq=seq)
             odd.append((r, kind, doing))
     if not odd:
         if missing:
             r = missing[0]
-            return Verdict(r, "no dump", seq, coll, "unknown: it left no dump", missing,
-                           f"rank {r} left no dump and every rank that did waits in {coll} (seq {seq}): rank {r} "
-                           f"never joined it (it died, or was killed before its recorder dumped)")
+            return Verdict(r, "no dump", seq, coll, unknown, missing,
+                           tr("rank {r} left no dump and every rank that did waits in {coll} (seq {seq}): rank {r} "
+                              "never joined it (it died, or was killed before its recorder dumped)", lang,
+                              r=r, coll=coll, seq=seq))
         return Verdict(None, "none", seq, coll, "", [],
-                       f"every rank is in {coll} (seq {seq}) with the same sizes: no rank is missing from it")
+                       tr("every rank is in {coll} (seq {seq}) with the same sizes: no rank is missing from it", lang,
+                          coll=coll, seq=seq))
     r, kind, doing = odd[0]
-    others = "".join(f"; rank {o} too: {k}, {dd}" for o, k, dd in odd[1:])
-    if kind in ("never entered", "stuck in compute"):
-        head = f"rank {r} never entered {coll} (seq {seq}), which {n_ref} rank(s) wait in: it was {doing}"
-    elif kind == "skipped":
-        head = f"rank {r} skipped {coll} (seq {seq}), which {n_ref} rank(s) wait in: it went on and is {doing}"
-    elif kind == "different collective":
-        head = f"rank {r} called a different collective at seq {seq}: its peers are in {coll}, it is {doing}"
-    elif kind == "mismatched size":
-        head = (f"rank {r} called {coll} (seq {seq}) with sizes {at[r]['sizes']} where its peers have "
-                f"{ref['sizes']} {ref['dtype']}")
-    else:
-        head = f"rank {r}: {doing}"
+    others = "".join(tr("; rank {o} too: {kind}, {doing}", lang, o=o, kind=tr(k, lang, context="hang kind"),
+                        doing=dd) for o, k, dd in odd[1:])
+    head = tr(HEADS.get(kind, "rank {r}: {doing}"), lang, r=r, coll=coll, seq=seq, n_ref=n_ref, doing=doing,
+              sizes=at[r]["sizes"] if at[r] else None, ref_sizes=ref["sizes"], ref_dtype=ref["dtype"])
     return Verdict(r, kind, seq, coll, doing, missing, head + others + lost)
+
+
+# the verdict's first sentence for each kind of odd rank (templates: course_lib.i18n translates them)
+HEADS = {
+    "never entered": "rank {r} never entered {coll} (seq {seq}), which {n_ref} rank(s) wait in: it was {doing}",
+    "stuck in compute": "rank {r} never entered {coll} (seq {seq}), which {n_ref} rank(s) wait in: it was {doing}",
+    "skipped": "rank {r} skipped {coll} (seq {seq}), which {n_ref} rank(s) wait in: it went on and is {doing}",
+    "different collective": "rank {r} called a different collective at seq {seq}: its peers are in {coll}, "
+                            "it is {doing}",
+    "mismatched size": "rank {r} called {coll} (seq {seq}) with sizes {sizes} where its peers have {ref_sizes} "
+                       "{ref_dtype}",
+}
