@@ -9,11 +9,12 @@ SUBMISSIONS ?= exercises
 
 NGPU ?= $(shell nvidia-smi -L 2>/dev/null | wc -l)
 
-.PHONY: help venv book book-strict test test-notebooks lab grade exercises handout bench bench-grading gpu-check gpu-labs clean
+.PHONY: help venv book book-strict test test-notebooks screenshots lab grade exercises handout bench bench-grading gpu-check gpu-labs clean
 
 help:
 	@echo "make book   build the website into _build/html (works offline)"
 	@echo "make test   the whole test suite: unit, notebooks (nbval), grader, book build, browser site test"
+	@echo "make screenshots   every page of the built site at 1280 and 390 px, into build/test-artifacts/screenshots/"
 	@echo "make lab    open JupyterLab on the course (labs, exercises, solutions)"
 	@echo "make test-notebooks CPU=default   the notebooks under one CPU kernel path (default, avx2, avx512)"
 	@echo "make book SOLUTIONS=0   the same site without the solutions pages (for a graded term)"
@@ -73,6 +74,13 @@ test: $(VENV_OK)
 	if [ -n "$$second" ]; then echo "numeric unit tests under ATEN_CPU_CAPABILITY=$$second"; \
 	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --durations=10 $(XDIST) -m "not serial" $(NUMERIC_TESTS) || exit $$?; fi
 	$(PY) -m pytest -q -m serial $(SERIAL_FILES)
+
+# Full-page screenshots of every page at both widths (build/test-artifacts/screenshots/), for a reviewer:
+# the browser's per-page checks again on the site `make book-strict` built, taking pictures this time.
+screenshots: book-strict
+	COURSE_SCREENSHOTS=1 COURSE_BOOK_REUSE=1 $(PY) -m pytest -q $(XDIST) tests/test_site.py tests/test_site_zh.py \
+	  tests/test_site_labs.py -k "page_works_offline or page_reads_well or search_works_offline"
+	@echo "Screenshots in $(CURDIR)/build/test-artifacts/screenshots/"
 
 # Check the notebooks under one kernel path: make test-notebooks CPU=default (or avx2, avx512).
 test-notebooks: $(VENV_OK)
