@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from ..i18n import tr
 from ..report import load_cached
 from .. import plots
 from ..moe import MoE
@@ -136,20 +137,28 @@ def summary(per_rank: list[dict]) -> dict:
             "serial_repeat": best_s, "overlap_repeat": best_o}
 
 
-def draw(per_rank: list[dict], step: int, ax=None, *, title: str | None = None, legend: bool = True):
-    """Gantt chart of one repeat in milliseconds (``gantt.draw`` with this module's kinds)."""
+def draw(per_rank: list[dict], step: int, ax=None, *, title: str | None = None, legend: bool = True,
+         lang: str = "en"):
+    """Gantt chart of one repeat in milliseconds (``gantt.draw`` with this module's kinds), its words
+    in ``lang`` (course_lib.i18n; English by default)."""
     tl = timeline(per_rank, step)
-    rows = [f"rank {r} {lane}" for r in range(len(per_rank)) for lane in ("compute", "all-to-all")]
-    return gantt.draw(tl, ax, title=title, unit="ms", scale=1e3, labels=False, legend=legend, rows=rows,
-                      kinds=tuple(COLORS), names=NAMES, colors=COLORS)
+    rows = [tr("rank {r} {lane}", lang, r=r, lane=tr(lane, lang, context="timeline lane"))
+            for r in range(len(per_rank)) for lane in ("compute", "all-to-all")]
+    names = {k: tr(v, lang) for k, v in NAMES.items()}
+    ax = gantt.draw(tl, ax, title=title, unit="ms", scale=1e3, labels=False, legend=legend, rows=rows,
+                    kinds=tuple(COLORS), names=names, colors=COLORS)
+    if lang != "en":
+        ax.set_xlabel(tr("time (ms)", lang))
+    return ax
 
 
-def draw_both(per_rank: list[dict], *, titles: tuple[str, str] = ("serial", "overlapped")):
-    """The least disturbed serial and overlapped repeats stacked on one time axis; ``(fig, axes)``."""
+def draw_both(per_rank: list[dict], *, titles: tuple[str, str] = ("serial", "overlapped"), lang: str = "en"):
+    """The least disturbed serial and overlapped repeats stacked on one time axis; ``(fig, axes)``,
+    its words (the titles included) in ``lang``."""
     s = summary(per_rank)
-    fig, ax = plots.figure(1, 2, figsize=(9, 5.6))
-    draw(per_rank, s["serial_repeat"], ax[0], title=titles[0])
-    draw(per_rank, s["overlap_repeat"], ax[1], title=titles[1], legend=False)
+    fig, ax = plots.figure(1, 2, figsize=(9, 5.6), lang=lang)
+    draw(per_rank, s["serial_repeat"], ax[0], title=tr(titles[0], lang), lang=lang)
+    draw(per_rank, s["overlap_repeat"], ax[1], title=tr(titles[1], lang), legend=False, lang=lang)
     hi = max(a.get_xlim()[1] for a in ax)
     for a in ax:
         a.set_xlim(0, hi)
