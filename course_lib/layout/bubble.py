@@ -25,6 +25,15 @@ and weight-gradient GEMMs have the same FLOPs, so 6N splits into three equal par
 backward has no weight gradient (its B is ~2.5× its forward, arXiv 2307.08691), so a measured
 stage has T_W < T_B; pass the measured ratio (chapter 5's executor measures it) as ``fbw``.
 
+The replay is of one synchronous step: every rank starts it together and waits for the last
+at the end (the optimizer step), so a rank far down the pipeline idles at least while the first
+forward reaches it — (p−1) chunk forwards, (p−1)·T_F/2 for the V schedules, which ZB-V and
+DualPipeV reach at T_F = T_B = T_W (tests/test_zb_torch_order.py). ZB-V's "zero bubble" (Qi et al.
+2023 §6, arXiv 2401.10241) is the idle of steps run back to back, each rank beginning the next
+step once it has finished its own part of this one: the paper's §4 replaces the synchronisation
+before the optimizer step with a check after it, so that start-up triangle is paid once per run.
+``idle_back_to_back`` replays that. ``page_calculator`` is chapter 5's page calculator (calculators.js).
+
 Where p·m is too large to replay (more than ``MAX_REPLAY`` operations), the step is replayed at 4p
 and 8p microbatches and the idle time extrapolated linearly in m: past the warm-up every schedule
 here repeats one steady pattern, so idle time is affine in m (the tests check it on replayable sizes).
@@ -35,9 +44,11 @@ import functools
 import math
 
 from .. import pipeline
+from .._validate import calculator, choice, positive_int
 from ..pipeline import schedules as _schedules
 
-__all__ = ["SCHEDULES", "FBW", "PARAMETER_COPIES", "MAX_REPLAY", "replay", "bubble_share", "in_flight"]
+__all__ = ["SCHEDULES", "FBW", "PARAMETER_COPIES", "MAX_REPLAY", "replay", "bubble_share", "in_flight",
+           "idle_back_to_back", "PAGE_SCHEDULES", "PAGE_MAX_P", "page_calculator"]
 
 FBW = (1.0, 1.0, 1.0)   # T_F : T_B : T_W, 6N's equal thirds (see the module docstring)
 # the planner's schedules: 1F1B (closed form) and those chapter 5's simulator replays
@@ -98,3 +109,48 @@ def in_flight(schedule: str, p: int, m: int, v: int = 1, fbw: tuple[float, float
     if schedule == "1f1b":
         return min(p * (1 + (p - 1) / (p * v)), m) if v > 1 else min(p, m)
     return replay(schedule, p, m, _check_fbw(fbw))[1]
+
+
+def idle_back_to_back(schedule: str, p: int, m: int, steps: int = 4, fbw: tuple[float, float, float] = FBW) -> float:
+    """Idle time per rank in one step of ``steps`` run back to back with no barrier between them
+    (the ZB paper's optimizer post-validation, arXiv 2401.10241 §4): each rank's op list repeated
+    ``steps`` times, microbatches renumbered, replayed whole; the last step's share of the makespan
+    (``steps`` steps' minus ``steps − 1`` steps') less its busy time m·(T_F + T_B + T_W)."""
+    name, steps = _SIMULATED.get(schedule, schedule), positive_int("steps", steps, minimum=2)
+    f, b, w = _check_fbw(fbw)
+    base = _schedules.schedule(name, positive_int("p", p), positive_int("m", m))
+
+    def makespan(k: int) -> float:
+        orders = _schedules.Orders([_schedules.Op(o.kind, o.mb + i * m, o.chunk) for i in range(k) for o in ops] for ops in base)
+        orders.placement = base.placement
+        return pipeline.simulate(orders, t_forward=f, t_backward=b + w, w_share=w / (b + w)).makespan()
+
+    return makespan(steps) - makespan(steps - 1) - m * (f + b + w)
+
+
+PAGE_SCHEDULES = ("1f1b", "zb-h1", "zb-v", "dualpipev")    # chapter 5's calculator offers these
+PAGE_MAX_P = math.isqrt(pipeline.MAX_OPS // 8)               # replays at m ≤ 8p stay within MAX_OPS
+
+
+@calculator
+def page_calculator(p: int, m: int, v: int = 1, schedule: str = "1f1b") -> dict[str, float]:
+    """Chapter 5's pipeline calculator (book/_static/calculators.js mirrors it): ``fraction``, the
+    idle share of a step; ``overhead``, idle over busy time (``bubble_share``); ``in_flight``,
+    stage-activations held at the peak (``in_flight``), at T_F = T_B = T_W. "1f1b" with ``v`` > 1
+    is interleaved 1F1B; "zb-h1" takes v = 1, the V schedules v = 1 or 2 (their two chunks)."""
+    p, m, v = positive_int("p", p), positive_int("m", m), positive_int("v", v)
+    schedule = choice("schedule", schedule, PAGE_SCHEDULES)
+    if schedule == "1f1b":
+        return {"fraction": (p - 1) / (v * m + p - 1), "overhead": (p - 1) / (v * m),
+                "in_flight": in_flight("1f1b", p, m, v)}
+    if v > (2 if schedule in V_SHAPED else 1):
+        raise ValueError(f"v must be {'1 or 2' if schedule in V_SHAPED else '1'} for the {schedule!r} schedule "
+                         f"({'two chunks per rank, in a V' if schedule in V_SHAPED else 'one chunk per rank'}), "
+                         f"got {v}")
+    if schedule == "dualpipev" and m < 2 * p:
+        raise ValueError(f"m must be at least 2p = {2 * p} for the 'dualpipev' schedule (it feeds both ends "
+                         f"of the pipeline), got {m}")
+    if p > PAGE_MAX_P:
+        raise ValueError(f"p must be at most {PAGE_MAX_P} for the {schedule!r} schedule (replayed op by op), got {p}")
+    share = bubble_share(schedule, p, m)
+    return {"fraction": share / (1 + share), "overhead": share, "in_flight": in_flight(schedule, p, m)}

@@ -25,13 +25,16 @@ order the real ranks follow.
 * ZB-V (Qi et al. 2023, arXiv 2401.10241 §6): two chunks per rank placed in a V — chunk 0 of
   rank r is stage r, chunk 1 is stage 2p − 1 − r — so the last rank turns a microbatch round
   without a message and the first rank both feeds and finishes it. F, B and W of both chunks
-  fill the warm-up and drain; with T_F = T_B = T_W its bubble vanishes at 1F1B's activation
-  memory (p microbatches of one stage).
+  fill the warm-up and drain. With T_F = T_B = T_W a synchronous step idles only the (p−1)·T_F/2
+  before the first forward reaches the last rank, which no order avoids, and steps run back to
+  back idle nothing (the paper's zero, its §4), at 1F1B's memory (p microbatches of one stage).
+  It is PyTorch's ``ScheduleZBVZeroBubble`` order, op for op (tests/test_zb_torch_order.py).
 * DualPipeV (DeepSeek-AI 2024, arXiv 2412.19437 §3.2.1, DualPipe "cut in half" to one copy of
   the weights, as the public DualPipe reference's ``dualpipev.py`` orders it): the same V
   placement; in the steady phase each forward of one chunk is paired with the whole backward of
   the other, so their communication can hide under each other's compute; the B halves of some
-  backwards run early and their W late, in first-in-first-out order. Needs m ≥ 2p.
+  backwards run early and their W late, in first-in-first-out order. Needs m ≥ 2p. Also
+  PyTorch's ``ScheduleDualPipeV`` order, op for op.
 
 The V schedules place chunks differently from Megatron's loop (``placement``, ``stage_of``):
 ``schedule`` returns their orders as an ``Orders`` list that carries ``placement = "v"``, which

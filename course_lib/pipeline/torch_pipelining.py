@@ -8,11 +8,15 @@ gradient difference between the two implementations. With two stages per rank th
 for PyTorch's zero-bubble schedules (``TORCH_TWO_STAGE``): ``ScheduleZBVZeroBubble`` and
 ``ScheduleDualPipeV`` next to this executor's "zb-v" and "dualpipev" (their V placement), and
 ``ScheduleInterleavedZeroBubble`` next to "interleaved" (Megatron's loop placement).
+``torch_order`` reads the order a V class of ``TORCH_TWO_STAGE`` gives every rank (its
+``pipeline_order``, built from placeholder stages, no process group) as this package's op lists,
+so the simulator can replay PyTorch's order beside ours (tests/test_zb_torch_order.py).
 """
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -24,13 +28,48 @@ from ..model import GPTConfig
 from .partition import DEMO, build_stage, make_batch
 from ..report import max_abs_diff
 from .executor import _clock, default_sizes, execute_step
-from .schedules import schedule, stage_of
+from .schedules import Op, Orders, schedule, stage_of
 
-__all__ = ["TORCH_TWO_STAGE", "torch_pipelining_worker", "compare_with_torch"]
+__all__ = ["TORCH_TWO_STAGE", "torch_order", "torch_pipelining_worker", "compare_with_torch"]
 
 #: PyTorch's two-stages-per-rank schedule classes → this executor's schedule of the same placement
 TORCH_TWO_STAGE = {"ScheduleZBVZeroBubble": "zb-v", "ScheduleDualPipeV": "dualpipev",
                    "ScheduleInterleavedZeroBubble": "interleaved"}
+
+
+def torch_order(name: str, p: int, m: int) -> Orders:
+    """PyTorch's own order for the V schedule class ``name`` ("ScheduleZBVZeroBubble" or
+    "ScheduleDualPipeV") on ``p`` ranks and ``m`` microbatches, as ``Orders`` (placement "v"):
+    its input-gradient action (I) is our B, a whole backward (B) our B then W, an overlapped
+    forward-backward pair its forward then its backward; empty time slots (None) are dropped.
+    The class is built on placeholder stages (it computes every rank's order in its constructor)."""
+    import torch.distributed.pipelining as tp
+    choice("name", name, [k for k, ours in TORCH_TWO_STAGE.items() if ours in ("zb-v", "dualpipev")])
+    p, m = positive_int("p", p), positive_int("m", m)
+    stages = [SimpleNamespace(group_size=p, group_rank=0, num_stages=2 * p, submod=None) for _ in range(2)]
+    order = getattr(tp, name)(stages, m).pipeline_order
+    out = Orders()
+    out.placement = "v"
+    for r in range(p):
+        ops: list[Op] = []
+
+        def add(action, rank: int = r, ops: list[Op] = ops) -> None:
+            kind, chunk = action.computation_type.value, 0 if action.stage_index == rank else 1
+            if kind == "OVERLAP_F_B":
+                for sub in action.sub_actions:
+                    add(sub)
+            elif kind in ("F", "I", "W", "B"):
+                ops.append(Op({"I": "B"}.get(kind, kind), action.microbatch_index, chunk))
+                if kind == "B":                      # a whole backward: its weight half at once
+                    ops.append(Op("W", action.microbatch_index, chunk))
+            else:
+                raise ValueError(f"{name}: rank {rank} holds a {kind} action, which has no op here")
+
+        for action in order[r]:
+            if action is not None:
+                add(action)
+        out.append(ops)
+    return out
 
 
 def torch_pipelining_worker(ctx, cfg: GPTConfig, name: str = "1f1b", m: int = 4, mb_size: int = 2,

@@ -175,7 +175,8 @@ def paper_bubble(name: str, p: int, m: int, tf: float, tb: float, tw: float) -> 
     of 1F1B's when the three are equal; the DualPipe table's (PP−1)(F+B−2W) with B whole);
     DualPipeV the DualPipe table's (PP/2−1)(F&B+B−3W) with PP = 2p stages, B a whole backward
     and F&B = F+B (this executor does not overlap the pair's compute). ZB-V's paper gives no
-    closed form (only "zero when T_F = T_B = T_W"): None. Clamped at 0."""
+    closed form, only "zero when T_F = T_B = T_W" for steps run back to back without a barrier
+    (``layout.bubble.idle_back_to_back``), not for this synchronous step: None. Clamped at 0."""
     idle = {"1f1b": (p - 1) * (tf + tb + tw), "zb-h1": (p - 1) * (tf + tb - tw),
             "dualpipev": (p - 1) * (tf + 2 * tb - tw)}.get(name)
     if idle is None:
