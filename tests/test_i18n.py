@@ -19,10 +19,10 @@ CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
 PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`", re.M)
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
 # the chapters whose tables and figures are glued per edition (the others: see the issue)
-CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures", "17_triage", "14_expert_parallel"]
-# cells that still print English on both editions: chapter 11 prints the layout planner's explanation
-# (course_lib/layout writes it, in English)
-STILL_ENGLISH = {"11_tensor_context": [9]}
+CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures", "16_batch_size", "17_triage", "14_expert_parallel"]
+# cells that still print English on both editions, by chapter and cell number (none now: chapter 11's
+# layout explanation is glued per edition, layout.explain_layout)
+STILL_ENGLISH: dict[str, list[int]] = {}
 
 
 def _load(name: str):
