@@ -52,7 +52,7 @@ Where each part lives (no two of them import each other; this file only gathers 
 * ``moe``: a mixture of experts (``MoE``, ``DEEPSEEK_V3``): routed experts and their all-to-all;
 * ``search``: the rules a layout must keep (``_rule_broken``), the search (``plan_layouts``,
   ``layout``) and one given layout (``estimate``);
-* ``explanation``: why the chosen layout wins (``explain``); ``published``: the published runs the
+* ``explanation``: why the chosen layout wins (``explain``; ``explain_layout`` in the page's language); ``published``: the published runs the
   chapters compare with (``llama3_405b``, ``megatron_1t``, ``MEGATRON_2021``); ``widget``: chapter
   11's calculator (``layout_widget``).
 """
@@ -65,10 +65,10 @@ from .explanation import explain, gb
 from .job import GMLAKE_A100_FRAGMENTATION_BYTES, MIN_CP_TOKENS, USABLE_FRACTION, Layout, _job  # noqa: F401
 from .moe import DEEPSEEK_V2, DEEPSEEK_V3, MoE
 from .published import LLAMA3_TABLE4_MFU, MEGATRON_2021, llama3_405b, megatron_1t, mfu_counting_attention
-from .search import estimate, layout, plan_layouts
+from .search import estimate, explain_layout, layout, plan_layouts
 from .widget import layout_calculator, layout_widget, render_layout
 
-__all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "llama3_405b", "megatron_1t", "MEGATRON_2021",
+__all__ = ["Layout", "plan_layouts", "estimate", "layout", "explain", "explain_layout", "llama3_405b", "megatron_1t", "MEGATRON_2021",
            "USABLE_FRACTION", "MIN_CP_TOKENS", "GMLAKE_A100_FRAGMENTATION_BYTES", "gb",
            "mfu_counting_attention", "LLAMA3_TABLE4_MFU", "layout_calculator", "render_layout", "layout_widget",
            "MoE", "DEEPSEEK_V3", "DEEPSEEK_V2", "DGX_H100_NDR", "Network", "moe", "stepmodel", "bubble"]

@@ -3,6 +3,7 @@
 (``layout``) and one given layout (``estimate``). See ``course_lib.layout`` for the model."""
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 
@@ -16,7 +17,7 @@ from . import bubble as _bubble
 from .job import _INTERLEAVES, _POW2, MIN_CP_TOKENS, USABLE_FRACTION, Layout, _Job, _job
 from .moe import MoE, expert_degrees
 
-__all__ = ["plan_layouts", "estimate", "layout"]
+__all__ = ["plan_layouts", "estimate", "layout", "explain_layout"]
 
 
 def _candidates(job: _Job, recompute: tuple[str, ...]):
@@ -211,13 +212,21 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
     of ``nic_bits_per_s`` each (default: the NIC of ``gpu``'s generation, ``Accelerator.nic_bits_per_s``).
     ``precision`` is "bf16" or "fp8" (the block's GEMMs in FP8, as in :func:`plan_layouts`);
     ``schedule`` and ``fbw`` the pipeline schedule and a stage's T_F : T_B : T_W, as there."""
-    nic = lookup("gpu", gpu).nic_bits_per_s if nic_bits_per_s is None else nic_bits_per_s
-    net = Network("custom", positive_int("gpus_per_node", gpus_per_node),
-                  positive_int("nics_per_node", nics_per_node), positive("nic_bits_per_s", nic))
-    job = _job(n_params, n_layers, d_model, n_heads, seq_len, global_batch_tokens, n_gpus, gpu, net,
-               compute_mfu, usable_fraction, flash_attention, kv_heads, 1, max_cp, max_zero,
-               sequence_parallel, selective_recompute, tp_overlap, cp_comm, vocab_size, moe, block, precision,
-               schedule, fbw)
+    plans, everything = _search(locals())
+    return replace(plans[0], explanation=explain(plans, everything))
+
+
+def _search(a: dict) -> tuple[list[Layout], list[Layout]]:
+    """:func:`layout`'s search on its arguments ``a`` (by name): the layouts that fit, fastest first,
+    and every layout evaluated; ValueError naming the inputs when none fits."""
+    nic = lookup("gpu", a["gpu"]).nic_bits_per_s if a["nic_bits_per_s"] is None else a["nic_bits_per_s"]
+    net = Network("custom", positive_int("gpus_per_node", a["gpus_per_node"]),
+                  positive_int("nics_per_node", a["nics_per_node"]), positive("nic_bits_per_s", nic))
+    job = _job(a["n_params"], a["n_layers"], a["d_model"], a["n_heads"], a["seq_len"], a["global_batch_tokens"],
+               a["n_gpus"], a["gpu"], net, a["compute_mfu"], a["usable_fraction"], a["flash_attention"],
+               a["kv_heads"], 1, a["max_cp"], a["max_zero"], a["sequence_parallel"], a["selective_recompute"],
+               a["tp_overlap"], a["cp_comm"], a["vocab_size"], a["moe"], a["block"], a["precision"],
+               a["schedule"], a["fbw"])
     everything = _all(job)
     plans = [x for x in everything if x.fits]
     if not plans:
@@ -227,7 +236,16 @@ def layout(n_params: float, n_layers: int, d_model: int, n_heads: int, seq_len: 
         if small and small.activation_bytes > small.states_bytes:   # then the width and length are the cause
             why += (f", {gb(small.activation_bytes)} of it activations (d_model={job.h}, "
                     f"seq_len={job.s})")
-        raise ValueError(f"no layout fits: n_params={n_params!r} on n_gpus={n_gpus!r} with "
-                         f"global_batch_tokens={global_batch_tokens!r} and usable_fraction="
-                         f"{usable_fraction!r} of HBM: {why}")
-    return replace(plans[0], explanation=explain(plans, everything))
+        raise ValueError(f"no layout fits: n_params={a['n_params']!r} on n_gpus={a['n_gpus']!r} with "
+                         f"global_batch_tokens={a['global_batch_tokens']!r} and usable_fraction="
+                         f"{a['usable_fraction']!r} of HBM: {why}")
+    return plans, everything
+
+
+def explain_layout(lang: str = "en", /, **kwargs) -> str:
+    """The explanation of ``layout(**kwargs)`` (its ``explanation``, which is English) in ``lang``,
+    "en" or "zh" (course_lib.i18n): the same search, the same reasons, the page's words."""
+    bound = inspect.signature(layout).bind(**kwargs)
+    bound.apply_defaults()
+    plans, everything = _search(dict(bound.arguments))
+    return explain(plans, everything, lang=lang)
