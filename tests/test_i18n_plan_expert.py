@@ -56,3 +56,42 @@ def test_the_layout_planner_explains_itself_in_the_page_s_language() -> None:
                    "", zh)
     assert not re.search(r"[a-z]{2,}", words), words
     assert layout.explain([], lang="zh") == "没有放得下的布局" and layout.explain([]) == "no layout fits"
+
+
+def test_the_plan_summary_speaks_the_page_s_language() -> None:
+    """Plan.render(lang): every line tagged with its chapter in either language, the planner's own
+    sentences (sizing, caveats, the batch note) looked up whole with their numbers; the English
+    unchanged (the 34B question of chapter 13, whose numbers the page prints)."""
+    from course_lib.plan import plan
+    p = plan(n_params=34e9, n_tokens=8e12, gpu="H100", n_gpus=1024, mfu=0.45)
+    en, zh = p.render().splitlines(), p.render("zh").splitlines()
+    assert p.render("en") == p.render() == str(p) and len(en) == len(zh)
+    assert en[0].startswith("[ch02 sizing]    34B parameters, 8T tokens (235 per parameter; given); 6ND = 1.63e+24")
+    assert en[4].startswith("[ch01 MFU]       45.0% (given; the layout estimates ")
+    assert zh[0].startswith("[第 2 章 规模]      34B 参数，8T token（每个参数 235 个；给定）；6ND = 1.63e+24 FLOP")
+    assert zh[4].startswith("[第 1 章 MFU]       45.0%（给定；布局估计为 ")
+    assert zh[-1].startswith("[第 7 章 数值]      4 个微批次的梯度累加，以及 1024 个 rank 上的 DP 归约")
+    # the text after the tags starts in one column (a CJK character two columns wide)
+    from course_lib.plan.result import _columns
+    assert len({_columns(line[:line.index("]") + 1]) + len(line[line.index("]") + 1:]) - len(line[line.index("]") + 1:].lstrip())
+                for line in zh}) == 1
+    fp8 = plan(n_params=70e9, n_tokens=15e12, gpu="A100", n_gpus=2048, dtype="fp8").render("zh")
+    assert "A100 没有 FP8 张量核心" in fp8 and "FP8 E4M3 在 448 处饱和" in fp8
+
+
+def test_chapter_13_figures_speak_the_page_s_language() -> None:
+    """plan.explore's MFU sweeps and published-ratio figures take lang=; English by default."""
+    import matplotlib.pyplot as plt
+
+    from course_lib.plan.explore import mfu_figure, ratio_figure
+    sweeps = {"width": [(1024, 0.2), (2048, 0.3)], "seq_len": [(2048, 0.4), (8192, 0.3)],
+              "n_gpus": [(128, 0.45), (512, 0.4)]}
+    en, zh = mfu_figure(sweeps), plots.glued(mfu_figure(sweeps, lang="zh"))
+    assert en.axes[0].get_title() == "wider: bigger GEMMs" and zh.axes[0].get_title() == "更宽：GEMM 更大"
+    assert zh.axes[1].get_xlabel() == "序列长度（7B，512 块 GPU）" and en.axes[0].get_ylabel() == "MFU (planner)"
+    rows = [{"name": "Llama 3 405B", "ratio": 0.85, "within": True}, {"name": "PaLM 540B", "ratio": 0.67, "within": False}]
+    r_en, r_zh = ratio_figure(rows), plots.glued(ratio_figure(rows, lang="zh"))
+    assert r_en.axes[0].get_xlabel().startswith("planner / published") and r_zh.axes[0].get_xlabel().startswith("规划器 / 公开值")
+    assert [t for t in _texts(r_zh) if re.search(r"[a-z]{2,}", t) and not t.startswith(("Llama", "PaLM"))] == []
+    assert all(CJK.search(t) is None for t in _texts(en))
+    plt.close("all")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import hardware, plots
 from .._validate import positive, positive_int
+from ..i18n import tr
 from .planner import plan
 from .result import Plan
 from .runs import TOLERANCE
@@ -39,23 +40,23 @@ def mfu_sweeps(gpu: str = "H100-SXM") -> dict[str, list[tuple[float, float]]]:
     return {"width": width, "seq_len": seq, "n_gpus": cluster}
 
 
-def mfu_figure(sweeps: dict[str, list[tuple[float, float]]]):
-    """Three panels of ``mfu_sweeps``: MFU against width, sequence length and GPU count."""
-    fig, axes = plots.figure(3, figsize=(10.0, 3.4))
+def mfu_figure(sweeps: dict[str, list[tuple[float, float]]], lang: str = "en"):
+    """Three panels of ``mfu_sweeps``: MFU against width, sequence length and GPU count, the words
+    in ``lang`` (course_lib.i18n)."""
+    fig, axes = plots.figure(3, figsize=(10.0, 3.4), lang=lang)
     labels = {"width": ("d_model (32 layers, 512 GPUs)", "wider: bigger GEMMs"),
               "seq_len": ("sequence length (7B, 512 GPUs)", "longer: more attention"),
               "n_gpus": ("GPUs (7B at 4K, 4M-token batch)", "more GPUs: less work each")}
     for ax, (key, points) in zip(axes, sweeps.items()):
         xs, ys = zip(*points)
         ax.plot(xs, ys, "o-", color=plots.THEORY)
-        ax.set(xscale="log", xlabel=labels[key][0], ylabel="MFU (planner)", title=labels[key][1],
-               ylim=(0, 0.6))
+        ax.set(xscale="log", xlabel=tr(labels[key][0], lang), ylabel=tr("MFU (planner)", lang),
+               title=tr(labels[key][1], lang), ylim=(0, 0.6))
         # ticks at the plotted points only (a log axis's own decades and minor ticks marked none of
         # them and their labels overlapped); sequence lengths in K tokens
         ax.minorticks_off()
         ax.set_xticks(xs, [f"{x // 1024:g}K" if key == "seq_len" else f"{x:g}" for x in xs])
     return fig
-
 
 
 def cluster_sweep(gpu_counts, **kwargs) -> list[dict]:
@@ -85,18 +86,19 @@ def sweep_figure(rows: list[dict], title: str = ""):
     return fig
 
 
-def ratio_figure(rows: list[dict]):
+def ratio_figure(rows: list[dict], lang: str = "en"):
     """The planner over the published figure per run (``check_published`` rows with a ratio),
-    with the ±``TOLERANCE`` band: inside it the arithmetic agrees, outside a named effect explains."""
+    with the ±``TOLERANCE`` band: inside it the arithmetic agrees, outside a named effect explains.
+    The axis's words in ``lang`` (the runs keep their names)."""
     shown = [r for r in rows if r["ratio"] is not None]
-    fig, ax = plots.figure(figsize=(6.4, 0.38 * len(shown) + 1.2))
+    fig, ax = plots.figure(figsize=(6.4, 0.38 * len(shown) + 1.2), lang=lang)
     y = list(range(len(shown)))[::-1]
     colors = [plots.THEORY if r["within"] else plots.MEASURED for r in shown]
     ax.barh(y, [r["ratio"] for r in shown], color=colors, height=0.6)
     ax.axvspan(1 - TOLERANCE, 1 + TOLERANCE, color="grey", alpha=0.15, lw=0)
     ax.axvline(1, color="black", lw=0.8)
     ax.set_yticks(y, [r["name"] for r in shown])
-    ax.set(xlabel="planner / published (grey: ±15 %; vermillion: outside, explained in the text)",
+    ax.set(xlabel=tr("planner / published (grey: ±15 %; vermillion: outside, explained in the text)", lang),
            xlim=(0, max(1.3, max(r["ratio"] for r in shown) * 1.1)))
     ax.grid(axis="y", visible=False)
     return fig

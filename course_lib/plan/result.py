@@ -2,13 +2,21 @@
 and its ``render()``, a text summary that names the chapter behind every line."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from ..i18n import tr, translate
 from ..report import si
 
 __all__ = ["Plan"]
 
 _DAY = 86_400.0
+_WIDE = re.compile(r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]")
+
+
+def _columns(text: str) -> int:
+    """The columns ``text`` takes in a monospaced font: a CJK character or full-width sign is two."""
+    return len(text) + len(_WIDE.findall(text))
 
 
 @dataclass(frozen=True)
@@ -86,35 +94,51 @@ class Plan:
         """Memory per GPU within the usable share of HBM (always true for a plan returned)."""
         return self.memory_bytes <= self.usable_bytes
 
-    def render(self) -> str:
-        """The plan as text, one line per stage, each naming the chapter that explains it."""
-        source = self.mfu_source + (f"; the layout estimates {self.mfu_estimate:.1%}"
-                                    if self.mfu_source == "given" else "")
-        comm = ", ".join(f"{k.upper()} {v:.2f}" for k, v in self.exposed_comm_s.items())
+    def render(self, lang: str = "en") -> str:
+        """The plan as text, one line per stage, each naming the chapter that explains it; its words
+        in ``lang`` ("en" or "zh", course_lib.i18n: the planner's own sentences, such as the caveats,
+        are looked up whole, with their numbers)."""
+        est = tr("; the layout estimates {estimate:.1%}", lang, estimate=self.mfu_estimate)
+        source = translate(self.mfu_source, lang) + (est if self.mfu_source == "given" else "")
+        comm = tr(", ", lang, context="list").join(f"{k.upper()} {v:.2f}" for k, v in self.exposed_comm_s.items())
         lines = [
-            f"[ch02 sizing]    {si(self.n_params)} parameters, {si(self.n_tokens)} tokens "
-            f"({self.tokens_per_param:.0f} per parameter; {self.sizing}); 6ND = {self.compute_flops:.3g} FLOP"
-            + (f"; inference {self.inference_flops:.3g} FLOP" if self.inference_flops else ""),
-            f"[ch04/05/11]     {self.n_layers} layers × d {self.d_model}, {self.n_heads} heads on "
-            f"{self.n_gpus} × {self.gpu}: {self.layout_shape}, ZeRO-{self.zero_stage}, "
-            f"recompute={self.recompute}, m={self.microbatches} microbatches",
-            f"[ch04/11 memory] {self.memory_bytes / 1e9:.1f} GB of {self.usable_bytes / 1e9:.1f} GB usable "
-            f"per GPU (states {self.states_bytes / 1e9:.1f}, activations {self.activation_bytes / 1e9:.1f})",
-            f"[ch05/11 step]   estimated {self.layout_step_s:.2f} s = compute {self.compute_s:.2f} + bubble "
-            f"{self.bubble_s:.2f} + exposed comm ({comm}) s",
-            f"[ch01 MFU]       {self.mfu:.1%} ({source}) → step {self.step_s:.2f} s × {self.steps:.3g} steps",
-            f"[ch01 time/cost] {self.days:.1f} days, {self.gpu_hours / 1e6:.3g}M GPU-hours, "
-            f"${self.cost / 1e6:.3g}M at ${self.price_per_gpu_hour:g}/GPU-hour",
-            f"[ch12 failures]  checkpoint {self.checkpoint_bytes / 1e12:.2f} TB saved in {self.save_s:.1f} s; "
-            f"job MTBF {self.mtbf_s / 3600:.1f} h → checkpoint every {self.checkpoint_interval_s / 60:.1f} min, "
-            f"goodput {self.goodput:.1%} → {self.wall_days:.1f} days of wall time",
-            f"[ch03 loader]    {si(self.loader_tokens_per_s)} tokens/s for the cluster "
-            f"({si(self.loader_tokens_per_s / self.n_gpus)} per GPU), {si(self.loader_bytes_per_s)}B/s "
-            f"at {self.bytes_per_token} bytes per token",
+            ("[ch02 sizing]", tr("{n_params} parameters, {n_tokens} tokens ({per_param:.0f} per parameter; {sizing}); "
+                                 "6ND = {flops:.3g} FLOP", lang, n_params=si(self.n_params), n_tokens=si(self.n_tokens),
+                                 per_param=self.tokens_per_param, sizing=translate(self.sizing, lang),
+                                 flops=self.compute_flops)
+             + (tr("; inference {flops:.3g} FLOP", lang, flops=self.inference_flops) if self.inference_flops else "")),
+            ("[ch04/05/11]", tr("{n_layers} layers × d {d_model}, {n_heads} heads on {n_gpus} × {gpu}: {shape}, "
+                                "ZeRO-{zero}, recompute={recompute}, m={m} microbatches", lang,
+                                n_layers=self.n_layers, d_model=self.d_model, n_heads=self.n_heads, n_gpus=self.n_gpus,
+                                gpu=self.gpu, shape=self.layout_shape, zero=self.zero_stage, recompute=self.recompute,
+                                m=self.microbatches)),
+            ("[ch04/11 memory]", tr("{memory:.1f} GB of {usable:.1f} GB usable per GPU (states {states:.1f}, "
+                                    "activations {activations:.1f})", lang, memory=self.memory_bytes / 1e9,
+                                    usable=self.usable_bytes / 1e9, states=self.states_bytes / 1e9,
+                                    activations=self.activation_bytes / 1e9)),
+            ("[ch05/11 step]", tr("estimated {step:.2f} s = compute {compute:.2f} + bubble {bubble:.2f} + exposed comm "
+                                  "({comm}) s", lang, step=self.layout_step_s, compute=self.compute_s,
+                                  bubble=self.bubble_s, comm=comm)),
+            ("[ch01 MFU]", tr("{mfu:.1%} ({source}) → step {step:.2f} s × {steps:.3g} steps", lang, mfu=self.mfu,
+                              source=source, step=self.step_s, steps=self.steps)),
+            ("[ch01 time/cost]", tr("{days:.1f} days, {gpu_hours:.3g}M GPU-hours, ${cost:.3g}M at ${price:g}/GPU-hour",
+                                    lang, days=self.days, gpu_hours=self.gpu_hours / 1e6, cost=self.cost / 1e6,
+                                    price=self.price_per_gpu_hour)),
+            ("[ch12 failures]", tr("checkpoint {size:.2f} TB saved in {save:.1f} s; job MTBF {mtbf:.1f} h → checkpoint "
+                                   "every {interval:.1f} min, goodput {goodput:.1%} → {wall:.1f} days of wall time",
+                                   lang, size=self.checkpoint_bytes / 1e12, save=self.save_s, mtbf=self.mtbf_s / 3600,
+                                   interval=self.checkpoint_interval_s / 60, goodput=self.goodput,
+                                   wall=self.wall_days)),
+            ("[ch03 loader]", tr("{rate} tokens/s for the cluster ({per_gpu} per GPU), {bytes}B/s at {per_token} bytes "
+                                 "per token", lang, rate=si(self.loader_tokens_per_s),
+                                 per_gpu=si(self.loader_tokens_per_s / self.n_gpus), bytes=si(self.loader_bytes_per_s),
+                                 per_token=self.bytes_per_token)),
         ]
-        lines += [f"[ch16 batch]     {self.batch_note}"] if self.batch_note else []
-        lines += [f"[ch07 numerics]  {c}" for c in self.caveats]
-        return "\n".join(lines)
+        lines += [("[ch16 batch]", translate(self.batch_note, lang))] if self.batch_note else []
+        lines += [("[ch07 numerics]", translate(c, lang)) for c in self.caveats]
+        tags = [tr(tag, lang) for tag, _ in lines]
+        width = max(17, 1 + max(map(_columns, tags)))       # English: the tags in a column 17 wide
+        return "\n".join(tag + " " * (width - _columns(tag)) + text for tag, (_, text) in zip(tags, lines))
 
     def __str__(self) -> str:
         return self.render()
