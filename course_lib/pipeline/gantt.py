@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .. import plots
+from ..i18n import tr
 
 __all__ = ["Event", "Timeline", "COLORS", "draw"]
 
@@ -97,7 +98,7 @@ class Timeline:
 def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "s",
          scale: float = 1.0, labels: bool = True, legend: bool = True,
          kinds: tuple[str, ...] = ("F", "B", "W", "recv", "opt"), rows: Sequence[str] | None = None,
-         names: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None):
+         names: Mapping[str, str] | None = None, colors: Mapping[str, str] | None = None, lang: str = "en"):
     """Draw ``timeline`` as a Gantt chart, rank 0 on top; returns the axes.
 
     Forward passes are reddish purple, backward passes amber (a split backward's weight-gradient half, W,
@@ -108,6 +109,9 @@ def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "
     Other kinds of events can be drawn too: ``colors`` and ``names`` give their colours and legend
     labels (and may override the defaults), ``rows`` labels the rows top-down when an event's
     ``rank`` is a row rather than a rank (a rank's compute thread and its communication in flight).
+    ``lang`` writes the chart's own words (rank rows, the time axis with its ``unit``, the default
+    legend labels) in that language (``course_lib.i18n``); ``title``, ``rows`` and ``names`` are the
+    caller's, already in it.
     """
     import matplotlib.patches as mpatches
     colour = {**COLORS, **(colors or {})}
@@ -129,15 +133,16 @@ def draw(timeline: Timeline, ax=None, *, title: str | None = None, unit: str = "
                        edgecolors="white", linewidth=0.4, hatch="///" if e.chunk else None)
         if labels and e.kind in COMPUTE and e.duration >= min_text:
             ax.text(x + w / 2, y, str(e.mb), ha="center", va="center", fontsize=7, color="black")
-    ylabels = list(rows) if rows is not None else [f"rank {i}" for i in range(timeline.p)]
+    ylabels = list(rows) if rows is not None else [tr("rank {r}", lang, r=i) for i in range(timeline.p)]
     ax.set_yticks(range(timeline.p), ylabels[::-1])
     ax.set_ylim(-0.6, timeline.p - 0.4)
     ax.set_xlim(0, (t1 - t0) * scale)
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(tr("time ({unit})", lang, unit=tr(unit, lang)))
     ax.grid(False)
     if legend:
-        label = {"F": "forward", "B": "backward", "W": "weight\ngradient", "recv": "waiting\nin recv", "opt": "optimizer\nstep",
-                 **(names or {})}
+        label = {k: tr(v, lang) for k, v in {"F": "forward", "B": "backward", "W": "weight\ngradient",
+                                             "recv": "waiting\nin recv", "opt": "optimizer\nstep"}.items()}
+        label.update(names or {})
         handles = [mpatches.Patch(color=colour.get(k, "#999999"), label=label.get(k, k))
                    for k in dict.fromkeys(kinds) if any(e.kind == k for e in ev)]
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
