@@ -19,7 +19,7 @@ CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n.*?^```$", re.S | re.M)
 PASTE = re.compile(r"^```\{glue(?::md|:figure)?\} (\S+)$|\{glue:md\}`([^`:]+)`", re.M)
 GLUE_FIGURE = re.compile(r"^```\{glue:figure\} (\S+)\n((?::[\w-]+:[^\n]*\n)*)\n(.+?)\n```$", re.S | re.M)
 # the chapters whose tables and figures are glued per edition (the others: see the issue)
-CONVERTED = ["01_flops", "02_scaling", "03_data", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures", "15_fp8", "16_batch_size", "17_triage", "14_expert_parallel", "13_plan"]
+CONVERTED = ["01_flops", "02_scaling", "03_data", "04_dp_fsdp", "05_pipeline", "06_stability", "07_fp16", "08_moe", "09_distill", "10_pipeline_rl", "11_tensor_context", "12_failures", "15_fp8", "16_batch_size", "17_triage", "14_expert_parallel", "13_plan"]
 # cells that still print English on both editions, by chapter and cell number (none now: chapter 11's
 # layout explanation is glued per edition, layout.explain_layout)
 STILL_ENGLISH: dict[str, list[int]] = {}
