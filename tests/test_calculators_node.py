@@ -170,3 +170,99 @@ def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: P
         field = next(iter(e["c"]))
         if len(e["c"]) == 1 and e["en"].startswith(field + " "):
             assert re.match(rf"{field}(?!\w)", e["zh"]), f"{where}: the message no longer names {field} first"
+
+
+# --- chapter 5's pipeline calculator with the zero-bubble schedules (issue #46) ------------------
+# The "bubble" form offers 1F1B (interleaved when v > 1), ZB-H1, ZB-V and DualPipeV; calculators.js
+# replays the zero-bubble orders as pipeline.simulate does (its own port of pipeline.schedules and of
+# the replay), course_lib.layout.bubble.page_calculator is the Python it mirrors. Every case of the
+# grid, each bad input and each refusal of the schedules (v, DualPipeV's m ≥ 2p, the replay's p limit)
+# must agree: numbers exactly for the replayed schedules (the same float operations in the same
+# order), to 1e-9 for 1F1B's closed forms (Python divides ints exactly), messages word for word, and
+# each refusal in Chinese naming the same field and value.
+BUBBLE_GRID = {"p": ["1", "2", "3", "4", "8", "16"],
+               "m": ["1", "2", "4", "7", "8", "16", "33", "100", "9007199254740992"],
+               "v": ["1", "2", "4"], "schedule": ["1f1b", "zb-h1", "zb-v", "dualpipev"]}
+BUBBLE_DRIVER = """
+const fs = require('fs'), vm = require('vm');
+const [casesFile, ...scripts] = process.argv.slice(2);
+const ctx = {document: {readyState: 'complete', querySelectorAll: () => []}};
+ctx.window = ctx;
+vm.createContext(ctx);
+for (const f of scripts) vm.runInContext(fs.readFileSync(f, 'utf8'), ctx, {filename: f});
+const C = ctx.COURSE_CALC, L = C.lib, spec = C.calculators.bubble, fields = spec.fields();
+const results = JSON.parse(fs.readFileSync(casesFile, 'utf8')).map(c => {
+  const texts = Object.assign(Object.fromEntries(fields.map(f => [f.name, f.value])), c), v = {};
+  for (const f of fields) v[f.name] = f.options ? texts[f.name] : L.parseField(texts[f.name]);
+  try {
+    return {values: texts, out: Object.fromEntries(spec.run(v).map(r => [r[0], String(r[2])])), error: ''};
+  } catch (e) {
+    if (!(e instanceof L.CalcError)) throw e;
+    const en = L.readerMessage(e.message, spec);
+    return {values: texts, out: {}, error: e.message, zh: L.localMessage('zh', en), en};
+  }
+});
+const options = fields.find(f => f.name === 'schedule').options.map(o => o[0]);
+process.stdout.write(JSON.stringify({results, options, pipe: L.PIPE}));
+"""
+
+
+def _bubble_cases() -> list[dict[str, str]]:
+    grid = [dict(zip(BUBBLE_GRID, v)) for v in itertools.product(*BUBBLE_GRID.values())]
+    bad = [{field: b, "schedule": s} for field in ("p", "m", "v") for b in BAD for s in BUBBLE_GRID["schedule"]]
+    # past MAX_REPLAY ops the replay extrapolates from m = 4p and 8p: 2**53 in the grid, 500 here
+    edges = [{"p": p, "m": m, "schedule": s} for p, m in (("32", "64"), ("16", "500"))
+             for s in ("zb-h1", "zb-v", "dualpipev")]
+    edges += [{"p": p, "m": "9007199254740992", "schedule": s} for p in ("112", "9007199254740992")
+              for s in ("zb-h1", "zb-v", "dualpipev")]
+    return grid + bad + edges
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js not installed")
+def test_the_pipeline_calculator_replays_the_zero_bubble_schedules_as_python(tmp_path: Path) -> None:
+    from test_site_calculators import py_value
+
+    from course_lib.layout import bubble
+    cases = _bubble_cases()
+    (tmp_path / "data.js").write_text(calculator_data_js(), encoding="utf-8")
+    (tmp_path / "driver.js").write_text(BUBBLE_DRIVER, encoding="utf-8")
+    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    run = subprocess.run([NODE, str(tmp_path / "driver.js"), str(tmp_path / "cases.json"), str(tmp_path / "data.js"),
+                          str(I18N_SCRIPT), str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    assert got["options"] == list(bubble.PAGE_SCHEDULES)
+    assert got["pipe"] == {"schedules": list(bubble.PAGE_SCHEDULES), "max_p": bubble.PAGE_MAX_P,
+                           "max_replay": bubble.MAX_REPLAY}
+    refused = {name: 0 for name in bubble.PAGE_SCHEDULES}
+    for got_case in got["results"]:
+        texts = got_case["values"]
+        where = f"bubble with {texts}"
+        try:
+            want = bubble.page_calculator(*(py_value(texts[k]) for k in ("p", "m", "v")), texts["schedule"])
+        except ValueError as exc:
+            refused[texts["schedule"]] += 1
+            assert got_case["error"] == str(exc), f"{where}: JS {got_case['error']!r}, Python {str(exc)!r}"
+            zh, en = got_case["zh"], got_case["en"]
+            assert CJK.search(zh) and not ENGLISH.search(QUOTED.sub("", zh)), f"{where}: {en!r} -> {zh!r}"
+            for kept in QUOTED.findall(en) + KEPT.findall(QUOTED.sub("", en)):
+                assert kept in zh, f"{where}: {kept!r} is lost in {zh!r}"
+            field = en.split(" ", 1)[0]
+            if field in ("p", "m", "v"):
+                assert re.match(rf"{field}(?!\w)", zh), f"{where}: {zh!r} no longer names {field} first"
+            continue
+        assert not got_case["error"], f"{where}: JS says {got_case['error']!r}, Python returns {want}"
+        assert set(got_case["out"]) == set(want), where
+        for key, value in want.items():
+            js = float(got_case["out"][key])
+            if texts["schedule"] == "1f1b":
+                assert math.isclose(js, value, rel_tol=1e-9, abs_tol=0.0), f"{where}: {key} {js!r} != {value!r}"
+            else:
+                assert js == value, f"{where}: {key} {js!r} != {value!r}"
+    for name, n in refused.items():    # each schedule computes some of the grid and refuses some
+        assert 0 < n < len(cases) // 2, (name, n)
+    messages = {c["error"].split(" (")[0] for c in got["results"] if c["error"]}
+    for start in ("v must be 1 or 2 for the 'zb-v' schedule", "v must be 1 for the 'zb-h1' schedule",
+                  "m must be at least 2p = 4 for the 'dualpipev' schedule",
+                  "p must be at most 111 for the 'zb-h1' schedule"):
+        assert any(msg.startswith(start) for msg in messages), start

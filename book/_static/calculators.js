@@ -295,6 +295,142 @@
     });
   }
 
+  /* Chapter 5's schedules, replayed as course_lib.pipeline.simulate replays them (layout.bubble):
+   * the op order of every rank (pipeline.schedules), then each op as soon as its rank is free and
+   * its inputs are done, at T_F = T_B = T_W (bubble.FBW). An op is [kind, microbatch, chunk],
+   * kind 0 = F, 1 = B (input gradient), 2 = W (weight gradient). The limits are bubble's own. */
+  var PIPE = D.pipeline || {schedules: ["1f1b", "zb-h1", "zb-v", "dualpipev"], max_p: 111, max_replay: 30000};
+
+  function zbH1Order(p, m, s) {    // schedules.zero_bubble_h1
+    var warm = Math.min(p - s - 1, m), ops = [], backs = 0, weights = 0, i;
+    function backward() {
+      ops.push([1, backs++, 0]);
+      if (backs - weights > s) ops.push([2, weights++, 0]);
+    }
+    for (i = 0; i < warm; i++) ops.push([0, i, 0]);
+    for (i = 0; i < m - warm; i++) { ops.push([0, warm + i, 0]); backward(); }
+    while (backs < m) backward();
+    for (i = weights; i < m; i++) ops.push([2, i, 0]);
+    return ops;
+  }
+
+  function zbVOrder(p, m, s) {    // schedules.zero_bubble_v, built for max(m, 2p − 1) microbatches
+    var n = Math.max(m, 2 * p - 1), f = [0, 0], b = [0, 0], ops = [], i, c;
+    function add(kind, ch, count) { ops.push([kind, count[ch]++, ch]); }
+    for (i = 0; i < 2 * (p - s) - 1; i++) add(0, 0, f);
+    for (i = 0; i < s; i++) { add(0, 1, f); add(0, 0, f); }
+    for (i = 0; i < p - s; i++) { add(0, 1, f); ops.push([1, b[1], 1], [2, b[1], 1]); b[1]++; }
+    while (f[1] < f[0] || f[0] < n) {
+      if (f[0] < n) add(0, 0, f);
+      for (c = 0; c < 2; c++) {
+        if (c) add(0, 1, f);
+        ops.push([1, b[c], c], [2, b[c], c]);
+        b[c]++;
+      }
+    }
+    var w = b.slice();
+    for (i = 0; i < s; i++) { add(1, 0, b); add(1, 1, b); }
+    for (i = 0; i < p - s; i++) { add(1, 0, b); add(2, 0, w); }
+    [1, 0].forEach(function (ch) { for (var k = w[ch]; k < n; k++) ops.push([2, k, ch]); });
+    return ops.filter(function (op) { return op[1] < m; });
+  }
+
+  function dualpipeVOrder(p, m, r) {    // schedules.dualpipe_v: the eight phases of DualPipeV.step
+    var f = [0, 0], b = [0, 0], owed = [], ops = [], i, split = false;
+    function fwd(c) { ops.push([0, f[c]++, c]); }
+    function bwd(c, zb) { ops.push([1, b[c], c]); (zb ? owed : ops).push([2, b[c]++, c]); }
+    function weight() { ops.push(owed.shift()); }
+    for (i = 0; i < 2 * (p - r - 1); i++) fwd(0);
+    for (i = 0; i < r + 1; i++) { fwd(0); fwd(1); }
+    for (i = 0; i < p - r - 1; i++) { bwd(1, true); weight(); fwd(1); }
+    for (i = 0; i < m - 2 * p + r + 1; i++) { fwd(0); bwd(1); fwd(1); bwd(0); }
+    for (i = 0; i < p - r - 1; i++) { bwd(1); fwd(1); bwd(0); }
+    for (i = 0; i < r + 1; i++) {
+      split = split || (i === Math.floor((r + 1) / 2) && r % 2 === 1);
+      bwd(1, split);
+      split = split || (i === Math.floor((r + 1) / 2) && r % 2 === 0);
+      bwd(0, split);
+    }
+    for (i = 0; i < p - r - 1; i++) { weight(); bwd(0, true); }
+    while (owed.length) weight();
+    return ops;
+  }
+
+  var ORDERS = {"zb-h1": zbH1Order, "zb-v": zbVOrder, "dualpipev": dualpipeVOrder};
+
+  /* pipeline.simulate of one step at T_F : T_B : T_W = 1 : 1 : 1 per rank (a V chunk takes half):
+   * [idle time per rank (makespan − 3m), most stage-activations in flight on a rank]. */
+  function simulateSchedule(name, p, m) {
+    var v = name === "zb-h1" ? 1 : 2, last = p * v - 1, dur = [1.0 / v, 0, 0], orders = [], peak = 0, r, i;
+    dur[2] = 2.0 / v * 0.5;    // a whole backward of 2.0 / v, split: W takes w_share 0.5, B the rest
+    dur[1] = 2.0 / v - dur[2];
+    for (r = 0; r < p; r++) {    // an op packed as (stage · m + microbatch) · 3 + kind; pipeline._peak on the way
+      var list = ORDERS[name](p, m, r), packed = new Int32Array(list.length), live = 0;
+      for (i = 0; i < list.length; i++) {
+        var o = list[i], stage = o[2] === 0 ? r : 2 * p - 1 - r;
+        packed[i] = (stage * m + o[1]) * 3 + o[0];
+        live += o[0] === 0 ? 1 : (o[0] === 2 ? -1 : 0);    // one more at each F, one fewer at its W
+        peak = Math.max(peak, live);
+      }
+      orders.push(packed);
+    }
+    var done = new Float64Array(3 * p * v * m).fill(-1), waiting = new Int32Array(3 * p * v * m).fill(-1);
+    var ptr = new Array(p).fill(0), free = new Array(p).fill(0.0), end = 0.0, finished = 0, todo = [];
+    for (r = p - 1; r >= 0; r--) todo.push(r);
+    while (todo.length) {    // a rank runs until an input is missing, then waits for that op alone
+      r = todo.pop();
+      var ops = orders[r];
+      while (ptr[r] < ops.length) {
+        var code = ops[ptr[r]], k = code % 3, gm = (code - k) / 3, need = -1, d1 = 0.0, d2 = 0.0;
+        if (k === 0) { if (gm >= m) d1 = done[need = (gm - m) * 3]; }       // F(mb, stage − 1)
+        else if (k === 2) d1 = done[need = gm * 3 + 1];                    // B(mb, stage)
+        else {                                                             // F(mb, stage), B(mb, stage + 1)
+          d1 = done[need = gm * 3];
+          if (d1 >= 0 && gm < last * m) d2 = done[need = (gm + m) * 3 + 1];
+        }
+        if (d1 < 0 || d2 < 0) { waiting[need] = r; break; }
+        free[r] = done[code] = Math.max(free[r], d1, d2) + dur[k];
+        end = Math.max(end, free[r]);
+        ptr[r]++;
+        if (waiting[code] >= 0) { todo.push(waiting[code]); waiting[code] = -1; }
+      }
+      if (ptr[r] === ops.length) finished++;
+    }
+    if (finished < p) throw new Error("deadlock in the " + name + " order");
+    return [end - m * (1.0 + 1.0 + 1.0), peak / v];
+  }
+
+  function replaySchedule(name, p, m) {    // layout.bubble.replay: past MAX_REPLAY ops, affine in m
+    var ops = 3 * p * m * (name === "zb-h1" ? 1 : 2);
+    if (ops > PIPE.max_replay && m > 8 * p) {
+      var a = replaySchedule(name, p, 4 * p), b = replaySchedule(name, p, 8 * p);
+      return [a[0] + (m - 4 * p) * (b[0] - a[0]) / (4 * p), a[1]];
+    }
+    return simulateSchedule(name, p, m);
+  }
+
+  function pipelineSchedule(p, m, v, name) {    // layout.bubble.page_calculator
+    return calculator([["p", p], ["m", m], ["v", v]], function () {
+      var s = pipelineSizes(p, m, v), P = s[0], M = s[1], V = s[2];
+      choice("schedule", name, PIPE.schedules);
+      if (name === "1f1b")
+        return [(P - 1) / (V * M + P - 1), (P - 1) / (V * M),
+                V > 1 ? Math.min(P * (1 + (P - 1) / (P * V)), M) : Math.min(P, M)];
+      var vShaped = name !== "zb-h1";
+      if (V > (vShaped ? 2 : 1))
+        fail("v must be " + (vShaped ? "1 or 2" : "1") + " for the " + pyStrRepr(name) + " schedule (" +
+             (vShaped ? "two chunks per rank, in a V" : "one chunk per rank") + "), got " + intRepr(V));
+      if (name === "dualpipev" && M < 2 * P)
+        fail("m must be at least 2p = " + intRepr(2 * P) + " for the 'dualpipev' schedule (it feeds both ends " +
+             "of the pipeline), got " + intRepr(M));
+      if (P > PIPE.max_p)
+        fail("p must be at most " + PIPE.max_p + " for the " + pyStrRepr(name) + " schedule (replayed op by op), got " +
+             intRepr(P));
+      var rep = replaySchedule(name, P, M), share = P === 1 ? 0.0 : rep[0] / (M * (1.0 + 1.0 + 1.0));
+      return [share / (1 + share), share, rep[1]];
+    });
+  }
+
   function apiCost(out, pOut, inp, pIn, disc) {    // distill.api_cost
     var args = [["output_tokens", out], ["price_out_per_mtok", pOut], ["input_tokens", inp],
                 ["price_in_per_mtok", pIn], ["batch_discount", disc]];
@@ -515,11 +651,16 @@
     bubble: {
       title: "Pipeline bubble",
       fields: function () {
-        return [text("p", "stages p", "8"), text("m", "microbatches m", "32"), text("v", "chunks per rank v", "1")];
+        return [text("p", "stages p", "8"), text("m", "microbatches m", "32"), text("v", "chunks per rank v", "1"),
+                select("schedule", "schedule (T_F = T_B = T_W)", "1f1b",
+                       [["1f1b", "1F1B (interleaved when v > 1)"], ["zb-h1", "ZB-H1"], ["zb-v", "ZB-V"],
+                        ["dualpipev", "DualPipeV"]].filter(function (o) { return PIPE.schedules.indexOf(o[0]) >= 0; }))];
       },
-      run: function (v) {
-        return [["fraction", "idle share of the step", bubbleFraction(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }],
-                ["overhead", "idle time / ideal time", bubbleOverhead(v.p, v.m, v.v), function (x) { return fmt(100 * x, " %"); }]];
+      run: function (v) {    // layout.bubble.page_calculator
+        var r = pipelineSchedule(v.p, v.m, v.v, v.schedule), pct = function (x) { return fmt(100 * x, " %"); };
+        return [["fraction", "idle share of the step", r[0], pct],
+                ["overhead", "idle time / ideal time", r[1], pct],
+                ["in_flight", "stage-activations held at the peak", r[2], function (x) { return fmt(x, ""); }]];
       }
     },
     distill: {
@@ -758,7 +899,8 @@
           positive: positive, positiveInt: positiveInt, utilisation: utilisation, choice: choice, peak: peak,
           div: div, calculator: calculator, trainingFlops: trainingFlops, trainingDays: trainingDays, fmt: fmt,
           sci: sci, text: text, select: select, localText: localText, localUnit: localUnit,
-          localMessage: localMessage, fieldLabel: fieldLabel}
+          localMessage: localMessage, fieldLabel: fieldLabel, pipelineSchedule: pipelineSchedule,
+          replaySchedule: replaySchedule, PIPE: PIPE}
   };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
