@@ -13,6 +13,7 @@ import json
 from . import comm, distill, faults, flops, hardware, layout, memory, network, scaling
 from ._validate import MAX_INT
 from .data.tokenize import token_dtype
+from .layout import bubble
 from .layout import job as layout_grid
 from .layout import stepmodel
 from .plan import planner
@@ -84,6 +85,9 @@ def calculator_data() -> dict:
         "plan": _plan_data(),
         "recompute": list(memory.RECOMPUTE),
         "faults": _faults_data(),
+        # chapter 5's bubble calculator: the schedules it replays and its limits (layout.bubble)
+        "pipeline": {"schedules": list(bubble.PAGE_SCHEDULES), "max_p": bubble.PAGE_MAX_P,
+                     "max_replay": bubble.MAX_REPLAY},
     }
 
 

@@ -104,3 +104,14 @@ def test_the_command_line_takes_a_schedule_and_a_ratio(capsys):
     with pytest.raises(SystemExit) as exc:
         main(args + ["--fbw", "1:0:1"])
     assert exc.value.code == 2 and "fbw" in capsys.readouterr().err
+
+
+def test_the_page_calculator_s_1f1b_is_chapter_5_s_closed_form() -> None:
+    """The page's calculator reports 1F1B (interleaved or not) with pipeline.bubble_fraction and
+    bubble_overhead, the formulas chapter 5 derives, not a replay."""
+    from course_lib import pipeline
+    from course_lib.layout import bubble
+    for p, m, v in [(p, m, v) for p in (1, 2, 4, 8, 32) for m in (1, 4, 8, 32, 1000) for v in (1, 2, 4)]:
+        got = bubble.page_calculator(p, m, v, "1f1b")
+        assert abs(got["fraction"] - pipeline.bubble_fraction(p, m, v)) <= 1e-12, (p, m, v)
+        assert abs(got["overhead"] - pipeline.bubble_overhead(p, m, v)) <= 1e-12, (p, m, v)

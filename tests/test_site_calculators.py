@@ -28,6 +28,7 @@ from machine_load import patience
 from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
 
 from course_lib import comm, distill, faults, flops, hardware, memory, pipeline, scaling
+from course_lib.layout import bubble
 from course_lib.plan import planner
 from course_lib.__main__ import _expand_suffix
 from course_lib.site_data import calculator_data
@@ -100,9 +101,9 @@ CALCULATORS: dict[str, tuple[str, Callable[[dict[str, Any]], dict[str, float]]]]
         ("n_params", "n_tokens"), scaling.compute_optimal(v["compute"], v["fit"])))),
     "zero_memory": ("book/04_dp_fsdp", lambda v: {
         "bytes": memory.zero_memory_per_gpu(v["n_params"], v["dp_degree"], v["stage"], v["bytes_per_param"])}),
-    "bubble": ("book/05_pipeline", lambda v: {
-        "fraction": pipeline.bubble_fraction(v["p"], v["m"], v["v"]),
-        "overhead": pipeline.bubble_overhead(v["p"], v["m"], v["v"])}),
+    # the page's schedules replay chapter 5's simulator (layout.bubble.page_calculator); 1F1B's
+    # fraction and overhead are pipeline.bubble_fraction / bubble_overhead (checked below too)
+    "bubble": ("book/05_pipeline", lambda v: bubble.page_calculator(v["p"], v["m"], v["v"], v["schedule"])),
     "distill": ("book/09_distill", lambda v: {
         k: r[k] for r in [distill.distill_calculator(**{k: x for k, x in v.items()})]
         for k in ("total_dollars", "dollars_per_visible_mtok", "pretraining_dollars", "distill_over_pretrain",
@@ -131,7 +132,9 @@ GRIDS: dict[str, dict[str, list[str]]] = {
     "zero_memory": {"n_params": ["1", "1e6", "7.5e9", "70e9", "405e9", "1e15"],
                     "dp_degree": ["1", "2", "64", "1000", "16384", "8.0"], "stage": ["0", "1", "2", "3"],
                     "bytes_per_param": ["4", "12", "16", "18.5", "3"]},
-    "bubble": {"p": ["1", "2", "4", "8", "64"], "m": ["1", "4", "8", "32", "1000"], "v": ["1", "2", "4"]},
+    # p = 32, not 64: Python's replay of p = 64, m = 1000 takes seconds a point
+    "bubble": {"p": ["1", "2", "4", "8", "32"], "m": ["1", "4", "8", "32", "1000"], "v": ["1", "2", "4"],
+               "schedule": list(bubble.PAGE_SCHEDULES)},
     "distill": {"visible_tokens": ["1e9", "1e12"], "price_out_per_mtok": ["0.5", "25"], "price_in_per_mtok": ["0", "5"],
                 "input_per_output": ["0", "0.2", "10"], "cached_fraction": ["0", "0.9", "1"],
                 "hidden_per_visible": ["0", "3"], "batch_discount": ["0", "0.5"], "teacher_params": ["7e9", "405e9"],

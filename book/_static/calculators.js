@@ -298,10 +298,9 @@
   /* Chapter 5's schedules, replayed as course_lib.pipeline.simulate replays them (layout.bubble):
    * the op order of every rank (pipeline.schedules), then each op as soon as its rank is free and
    * its inputs are done, at T_F = T_B = T_W (bubble.FBW). An op is [kind, microbatch, chunk],
-   * kind 0 = F, 1 = B (input gradient), 2 = W (weight gradient). The limits are bubble's own: from
-   * COURSE_CALC_DATA.pipeline once course_lib/site_data.py exports it, until then these, which
-   * tests/test_calculators_node.py compares with bubble.PAGE_SCHEDULES, PAGE_MAX_P and MAX_REPLAY. */
-  var PIPE = D.pipeline || {schedules: ["1f1b", "zb-h1", "zb-v", "dualpipev"], max_p: 111, max_replay: 30000};
+   * kind 0 = F, 1 = B (input gradient), 2 = W (weight gradient). The limits are bubble's own,
+   * exported by course_lib/site_data.py (PAGE_SCHEDULES, PAGE_MAX_P, MAX_REPLAY). */
+  var PIPE = D.pipeline;
 
   function zbH1Order(p, m, s) {    // schedules.zero_bubble_h1
     var warm = Math.min(p - s - 1, m), ops = [], backs = 0, weights = 0, i;
