@@ -157,7 +157,8 @@ def _build_book() -> BookBuild:
 # the longest first, so it is not the last file left running on one worker while the other idles
 # (test_handout.py builds the students' site, reusing this build's jupyter cache once it is done)
 BOOK_TEST_FILES = ("test_handout.py", "test_site.py", "test_site_labs.py", "test_site_zh.py",
-                   "test_site_layout.py", "test_site_calculators.py", "test_book.py", "test_site_static.py", "test_claims.py")
+                   "test_site_layout.py", "test_site_calculators.py", "test_book.py", "test_site_static.py", "test_claims.py",
+                   "test_site_zh_prose.py")
 BOOK_JOB_ENV = "COURSE_BOOK_JOB"   # set by the xdist controller: where the background build reports
 
 
