@@ -91,7 +91,9 @@ _PLACEHOLDER = re.compile(r"\{(\w+)(?:[:!][^{}]*)?\}")
 @functools.cache
 def _templates() -> tuple[tuple[re.Pattern, str], ...]:
     """Each entry with placeholders as (a pattern matching its English text once filled, its Chinese
-    template with the format specs dropped: the values arrive already written)."""
+    template with the format specs dropped: the values arrive already written), the most specific
+    first (the most literal text): a short template ("{n} of {m}") would otherwise fill itself with
+    a longer one's whole sentence."""
     out = []
     for en, zh in _table().items():
         if "\x04" in en or not _PLACEHOLDER.search(en):
@@ -103,8 +105,8 @@ def _templates() -> tuple[tuple[re.Pattern, str], ...]:
             seen.add(m[1])
             at = m.end()
         pattern += re.escape(en[at:])
-        out.append((re.compile(pattern, re.S), _PLACEHOLDER.sub(r"{\1}", zh)))
-    return tuple(out)
+        out.append((len(_PLACEHOLDER.sub("", en)), re.compile(pattern, re.S), _PLACEHOLDER.sub(r"{\1}", zh)))
+    return tuple((p, zh) for _, p, zh in sorted(out, key=lambda t: -t[0]))
 
 
 def translate(text: str, lang: str = "en") -> str:

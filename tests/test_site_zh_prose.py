@@ -169,3 +169,13 @@ def test_chinese_built_page_reads_as_chinese(html_dir: Path, page: str) -> None:
         f"{len(words)} Latin-script prose words on the built {page} (at most {MAX_LATIN_PER_BUILT_PAGE}): "
         f"{' '.join(words)} -- translate them where they are written (the page, or the course_lib code "
         "that glues them: lang= and i18n.tr), or add a real term or cited title to book/zh/latin_allowlist.txt")
+
+
+def test_a_generated_sentence_takes_its_own_template_not_a_shorter_one_inside_it() -> None:
+    """Chapter 16's law table showed 'the method 个中 fitted between losses …': the sentence was
+    filled into the short template "{n} of {m}" (i18n.translate tried templates in file order)."""
+    from course_lib import batch
+    from course_lib.i18n import translate
+    zh = translate(batch.law("tiny_gpt")["limits"], "zh")
+    assert zh.startswith("在损失") and nbtwin.latin_words(zh, ALLOW) == [], zh
+    assert translate("3 of 4", "zh") == "4 个中 3 个"
