@@ -30,9 +30,10 @@ ALLOW = nbtwin.load_allowlist(ROOT / "book" / "zh" / "latin_allowlist.txt")
 # Latin-script prose words a twin notebook may keep beyond the allowlist (a stray word, not a sentence)
 MAX_LATIN_PER_NOTEBOOK = 3
 # The Chinese pages (book/zh/*.md) are reported, not failed, while their translation is in progress:
-# a page fails only past this many Latin-script prose words (44 at most on 2026-12-05, 08_moe quoting an
-# English release note; 259 on all 23 pages; the glossary's column of English headwords is not prose)
-MAX_LATIN_PER_PAGE = 60
+# a page fails only past this many Latin-script prose words (26 at most on 2026-12-05 at 09:35, chapter 5,
+# whose translation is in progress; 183 on all 23 pages; the glossary's column of English headwords is not
+# prose). What a reader sees on the BUILT pages, generated text included, is tests/test_site_zh_prose.py's
+MAX_LATIN_PER_PAGE = 26
 
 
 def _id(p: Path) -> str:
