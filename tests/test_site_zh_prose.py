@@ -16,6 +16,7 @@ Chinese, keep some English words; an English quotation is counted). What is left
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -61,6 +62,8 @@ PENDING = {
 def _param(page: str):
     why = next((v for k, v in PENDING.items() if page.startswith(k)), None)
     return pytest.param(page, marks=pytest.mark.xfail(reason=why, strict=True)) if why else page
+
+
 # table columns that are not the page's prose: the glossary's English headwords, the notes' own words
 VERBATIM_COLUMNS = ("English", "笔记原文")
 # a quotation with Chinese in it quotes the notes (issue #49: "the claim ledger quotes the seeds")
@@ -94,9 +97,11 @@ def is_twin(page: str) -> bool:
     return not page.startswith("book/")
 
 
+@functools.cache
 def page_latin(html_dir: Path, page: str, *, outputs: bool | None = None) -> list[str]:
     """The Latin-script prose words a reader meets on one built Chinese page; a twin's outputs
-    are left out unless ``outputs`` (None: a chapter page's outputs count, a twin's do not)."""
+    are left out unless ``outputs`` (None: a chapter page's outputs count, a twin's do not).
+    Cached: the report and the per-page checks read each page once."""
     path = html_dir / page
     if not path.is_file():
         raise FileNotFoundError(f"the build wrote no {page}")
