@@ -10,7 +10,7 @@ from pathlib import Path
 _SKIP = [
     re.compile(r"\A---\n.*?^---[ \t]*$", re.M | re.S),               # a page's YAML front matter
     re.compile(r"^(`{3,}|~{3,})(?!\{(?!code))[^\n]*\n.*?^\1[ \t]*$", re.M | re.S),  # fenced code
-    re.compile(r"^(`{3,}|~{3,}|:{3,})(\{admonition\}|\{[\w-]+\}.*$)?", re.M),  # directive fences, arguments
+    re.compile(r"^(`{3,}|~{3,}|:{3,})(\{admonition\}|\{[\w:-]+\}.*$)?", re.M),  # directive fences ({glue:figure} too), arguments
     re.compile(r"[\w./-]*\.(?:png|svg|jpe?g|gif|ipynb|md|json|csv|py|txt|pdf)\b"),  # file paths
     re.compile(r"<!--.*?-->", re.S),                                   # comments
     re.compile(r"\$\$.*?\$\$", re.S), re.compile(r"(?<!\\)\$[^$\n]+\$"),  # math

@@ -99,6 +99,10 @@ def test_solution_cells_are_collapsed_and_lose_their_markers() -> None:
     written = exercises.solution_cells({"cells": [{"cell_type": "markdown", "metadata": {},
                                                    "source": "Why?\n<!-- BEGIN SOLUTION -->\nBecause.\n<!-- END SOLUTION -->"}]})
     assert written["cells"][0]["source"] == "Why?\n\n\n:::{dropdown} Show answer\nBecause.\n:::\n\n"
+    # a Chinese twin's toggles speak Chinese
+    zh = exercises.solution_cells(json.loads(nbformat.writes(master)), "zh")
+    prompts = {c["metadata"]["mystnb"]["code_prompt_show"] for c in zh["cells"] if "mystnb" in c.get("metadata", {})}
+    assert prompts == {"显示答案"}
 
 
 MINI_CONF = """

@@ -35,6 +35,8 @@ from course_lib.grading.generate import CODE_BEGIN, CODE_END, MD_BEGIN, MD_END
 __version__ = "1.0"
 SOLUTIONS_DIR = "solutions"
 SHOW, HIDE = "Show answer", "Hide answer"
+# the answer toggles of a Chinese twin (solutions/zh/) in Chinese, like the pages' "显示代码"
+LABELS = {"en": (SHOW, HIDE), "zh": ("显示答案", "隐藏答案")}
 _OFF = {"0", "no", "false", "off"}
 logger = logging.getLogger(__name__)
 
@@ -73,10 +75,11 @@ def filter_toc(toc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def solution_cells(notebook: dict[str, Any]) -> dict[str, Any]:
+def solution_cells(notebook: dict[str, Any], lang: str = "en") -> dict[str, Any]:
     """The notebook with each answer collapsed: code cells holding a solution block are tagged
-    ``hide-input`` with a "Show answer" prompt and lose the BEGIN/END marker lines; Markdown
-    solution spans become a collapsed "Show answer" dropdown."""
+    ``hide-input`` with a "Show answer" prompt (显示答案 in a Chinese twin, ``lang="zh"``) and lose
+    the BEGIN/END marker lines; Markdown solution spans become a collapsed dropdown so labelled."""
+    show, hide = LABELS[lang]
     for cell in notebook.get("cells", []):
         src = "".join(cell.get("source", ""))
         if cell.get("cell_type") == "code" and CODE_BEGIN in src:
@@ -86,11 +89,11 @@ def solution_cells(notebook: dict[str, Any]) -> dict[str, Any]:
             tags = meta.setdefault("tags", [])
             if "hide-input" not in tags:
                 tags.append("hide-input")
-            meta.setdefault("mystnb", {}).update(code_prompt_show=SHOW, code_prompt_hide=HIDE)
+            meta.setdefault("mystnb", {}).update(code_prompt_show=show, code_prompt_hide=hide)
         elif cell.get("cell_type") == "markdown" and MD_BEGIN in src:
             cell["source"] = re.sub(
                 re.escape(MD_BEGIN) + r"(.*?)" + re.escape(MD_END),
-                lambda m: f"\n\n:::{{dropdown}} {SHOW}\n{m.group(1).strip()}\n:::\n\n",
+                lambda m: f"\n\n:::{{dropdown}} {show}\n{m.group(1).strip()}\n:::\n\n",
                 src, flags=re.S)
     return notebook
 
@@ -98,7 +101,8 @@ def solution_cells(notebook: dict[str, Any]) -> dict[str, Any]:
 def _on_source_read(app: Sphinx, docname: str, source: list[str]) -> None:
     if not _is_solution(docname) or not source[0].lstrip().startswith("{"):
         return
-    source[0] = json.dumps(solution_cells(json.loads(source[0])), ensure_ascii=False)
+    lang = "zh" if docname.startswith(f"{SOLUTIONS_DIR}/zh/") else "en"
+    source[0] = json.dumps(solution_cells(json.loads(source[0]), lang), ensure_ascii=False)
 
 
 def _on_config_inited(app: Sphinx, config: Config) -> None:

@@ -14,6 +14,7 @@ the measured times and on the site is replaced by that lab's time, machine and d
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +81,9 @@ class MeasuredLabTime(SphinxTransform):
                 continue
             measured = nodes.inline("", "", classes=["course-lab-time"])
             if docname.startswith("notebooks/zh/"):      # a Chinese twin says it in Chinese
+                machine = re.sub(r"^(\d+) CPU cores?", r"\1 个 CPU 核", data.get("machine", "本机"))
                 measured += [nodes.Text(f"{shown(secs)}（由 "), nodes.literal("make bench", "make bench"),
-                             nodes.Text(f" 在 {data.get('machine', '本机')} 上测得，{data.get('date', '日期不详')}）")]
+                             nodes.Text(f" 在 {machine} 上测得，{data.get('date', '日期不详')}）")]
             else:
                 measured += [nodes.Text(f"{shown(secs)}, as "), nodes.literal("make bench", "make bench"),
                              nodes.Text(f" measured it on {data.get('machine', 'this machine')} "
