@@ -56,24 +56,25 @@ def _hang_worker(ctx, folder: str, case: str, faulty: int, at_step: int, steps: 
 def hang_case(folder: str | Path, case: str, *, world_size: int = 4, faulty: int = 2, at_step: int = 2,
               steps: int = 4, collective_timeout: float = 2.0, dump_after_s: float = 0.5,
               elements: int = 64, check: bool | None = None) -> dict:
-    """Run one injected case; return the launcher's error (its type and first line), the seconds
-    the run took, and the analyser's verdict on ``folder``. ``check`` turns the recorder's
+    """Run one injected case; return the launcher's error (its type and first line) and the ranks
+    it names as hung (``error_ranks``), the seconds the run took, and the analyser's verdict on ``folder``. ``check`` turns the recorder's
     fingerprint check on (default: for ``size`` only)."""
     from course_lib._validate import choice
     from course_lib.dist import launch
     from course_lib.triage.analyze import analyze
     case = choice("case", case, CASES)
     t0 = time.perf_counter()
-    error = None
+    error, error_ranks = None, []
     try:
         launch(_hang_worker, world_size, timeout=collective_timeout + 3.0, collective_timeout=collective_timeout,
                folder=str(folder), case=case, faulty=faulty, at_step=at_step, steps=steps,
                dump_after_s=dump_after_s, elements=elements, check=(case == "size") if check is None else bool(check))
     except Exception as e:   # the run is meant to fail: its error is part of the result
         error = (type(e).__name__, str(e).splitlines()[0])
+        error_ranks = sorted(getattr(e, "ranks", []) or [])
     seconds = time.perf_counter() - t0
     verdict = analyze(folder, world_size) if case != "none" else None
-    return {"case": case, "error": error, "seconds": seconds, "verdict": verdict}
+    return {"case": case, "error": error, "error_ranks": error_ranks, "seconds": seconds, "verdict": verdict}
 
 
 def _fr_worker(ctx, folder: str) -> dict:
