@@ -29,7 +29,8 @@ A plot wider than a phone can show at a readable size (issue #43: chapter 5's 9.
 their labels 3-5 px tall in a 342 px column) is marked ``course-wide-figure`` and
 ``course-minw-<px>``: under 600 px course.css draws it at least that wide (``READABLE`` of its own
 width, so a 10-point label stays about 7.6 px) inside a box that scrolls sideways, with the cue of
-course_scroll.js; the caption stays in the column. Wider screens are unchanged.
+course_scroll.js; the caption stays in the column. Wider screens are unchanged. A plot pasted with
+``{glue:figure}`` (each edition pastes its own) is marked the same way.
 """
 from __future__ import annotations
 
@@ -208,6 +209,14 @@ def css_width(image: nodes.image, srcdir: str = "") -> float | None:
     return float(pixels)
 
 
+def _ancestors(node: nodes.Node) -> list[nodes.Element]:
+    out, node = [], node.parent
+    while node is not None:
+        out.append(node)
+        node = node.parent
+    return out
+
+
 def mark_wide(figure: nodes.figure, bundle: nodes.Element, srcdir: str = "") -> None:
     """Classes that let course.css draw a wide plot readably on a phone (see the module's docstring)."""
     widths = [w for w in (css_width(i, srcdir) for i in _images(bundle)) if w]
@@ -257,6 +266,9 @@ class CaptionCellFigures(SphinxTransform):
             if "{glue" in image.get("alt", ""):
                 glue = page_glue(self.app, docname) if glue is None else glue
                 image["alt"] = glued_alt(image["alt"], glue)
+        for figure in list(self.document.findall(nodes.figure)):   # a pasted plot ({glue:figure}) is no cell's
+            if not any(c.get("nb_element") == "cell_code" for c in _ancestors(figure)):
+                mark_wide(figure, figure, self.env.srcdir)
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
