@@ -171,6 +171,10 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
     page = context.new_page()
     page.on("request", lambda r: (result.requests.append(r.url),
                                   None if _is_local(r.url) else result.external.append(r.url)))
+    loading: dict[Any, str] = {}        # requests in flight, named if the network never goes idle
+    page.on("request", lambda r: loading.__setitem__(r, r.url))
+    page.on("requestfinished", lambda r: loading.pop(r, None))
+    page.on("requestfailed", lambda r: loading.pop(r, None))
     page.on("response", lambda r: result.bad_responses.append(f"{r.status} {r.url}") if r.status >= 400 else None)
     page.on("requestfailed", lambda r: None if not _is_local(r.url)
             else result.failed_requests.append(f"{r.url}: {r.failure}"))
@@ -193,7 +197,11 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
         if collect:
             result.collected = page.evaluate(collect)
         result.broken_images = page.evaluate(BROKEN_IMAGES)
-        page.wait_for_load_state("networkidle", timeout=patience(10_000))
+        try:
+            page.wait_for_load_state("networkidle", timeout=patience(10_000))
+        except PlaywrightTimeout:
+            raise AssertionError(f"{url}: the network never went idle; still loading: "
+                                 f"{sorted(loading.values()) or 'nothing the page reported'}") from None
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
         for width in layout_widths:
