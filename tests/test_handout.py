@@ -122,6 +122,17 @@ def _reuse_the_courses_jupyter_cache(ho: Path) -> bool:
     return True
 
 
+def test_the_handout_computes_the_same_page_cache_key_as_the_course(ho):
+    """book/_ext/course_cache.py keys the pages' cached outputs by course_lib and data/: the
+    handout holds the same files, so its build reuses the course's outputs instead of executing
+    every page again (12 min on 2 cores)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("course_cache", ROOT / "book" / "_ext" / "course_cache.py")
+    cache = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cache)
+    assert cache.digest(ho) == cache.digest(ROOT)
+
+
 def test_the_handout_site_builds_with_warnings_as_errors(ho):
     """The students' site, built as `make book` builds it but with warnings as errors: zero
     warnings, the Exercises part rendered, no solutions page and no "(worked answers)" link.
