@@ -212,7 +212,7 @@ def test_each_file_names_each_english_text_once() -> None:
     for path in sorted(i18n.TABLE.glob("*.json")):
         seen: list[str] = []
 
-        def pairs(items):
+        def pairs(items, seen=seen):
             seen.extend(k for k, v in items)
             return dict(items)
         json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs)
