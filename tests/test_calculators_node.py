@@ -95,14 +95,16 @@ def test_ports_agree_with_course_lib_outside_a_browser(tmp_path: Path) -> None:
 # calculator, the planner included: each bad input in each field and each extreme case, read as the
 # reader sees it (readerMessage, then localMessage). Some 1,000 messages, about a second.
 I18N_SCRIPT = SCRIPT.with_name("calculators_i18n.js")
-ZH_DRIVER = """
+# a driver's start: the cases file, then the scripts run in one page-like context (data, i18n, calculators)
+IN_A_PAGE = """
 const fs = require('fs'), vm = require('vm');
 const [casesFile, ...scripts] = process.argv.slice(2);
 const ctx = {document: {readyState: 'complete', querySelectorAll: () => []}};
 ctx.window = ctx;
 vm.createContext(ctx);
 for (const f of scripts) vm.runInContext(fs.readFileSync(f, 'utf8'), ctx, {filename: f});
-const C = ctx.COURSE_CALC, L = C.lib;
+"""
+ZH_DRIVER = IN_A_PAGE + """const C = ctx.COURSE_CALC, L = C.lib;
 const words = {}, errors = [];
 for (const [name, spec] of Object.entries(C.calculators)) {
   const fields = spec.fields(), v = {};
@@ -134,6 +136,18 @@ ENGLISH = re.compile(r"\b(?:must|got|inputs|range|than|need|needs|fails|use|fewe
                      r"beyond|layers|heads|plan|every)\b")
 
 
+def _in_a_page(tmp_path: Path, driver: str, cases: list, *scripts: Path) -> dict:
+    """Run ``driver`` (IN_A_PAGE + its body) under node on ``cases``, after course_lib's calculator
+    data and ``scripts``; what it prints, parsed."""
+    (tmp_path / "data.js").write_text(calculator_data_js(), encoding="utf-8")
+    (tmp_path / "driver.js").write_text(driver, encoding="utf-8")
+    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
+    run = subprocess.run([NODE, str(tmp_path / "driver.js"), str(tmp_path / "cases.json"), str(tmp_path / "data.js"),
+                          *map(str, scripts)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
 @pytest.mark.skipif(NODE is None, reason="Node.js not installed")
 def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: Path) -> None:
     names = list(GRIDS)
@@ -142,14 +156,7 @@ def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: P
     cases = [[name, {field: bad}] for name in names for field in GRIDS[name]
              for bad in (BAD if name != "plan" else PLAN_BAD)]
     cases += [[name, c] for name in names for c in EXTREME[name]]
-    (tmp_path / "data.js").write_text(calculator_data_js(), encoding="utf-8")
-    (tmp_path / "driver.js").write_text(ZH_DRIVER, encoding="utf-8")
-    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
-    run = subprocess.run([NODE, str(tmp_path / "driver.js"), str(tmp_path / "cases.json"), str(tmp_path / "data.js"),
-                          str(I18N_SCRIPT), str(SCRIPT), str(PLAN_SCRIPT)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout)
+    got = _in_a_page(tmp_path, ZH_DRIVER, cases, I18N_SCRIPT, SCRIPT, PLAN_SCRIPT)
     assert set(got["words"]) == set(names)
     for name, page in got["words"].items():
         untranslated = [en for en, zh in page["words"] if zh == en and CJK.search(zh) is None
@@ -183,14 +190,7 @@ def test_the_chinese_edition_shows_every_word_and_message_in_chinese(tmp_path: P
 BUBBLE_GRID = {"p": ["1", "2", "3", "4", "8", "16"],
                "m": ["1", "2", "4", "7", "8", "16", "33", "100", "9007199254740992"],
                "v": ["1", "2", "4"], "schedule": ["1f1b", "zb-h1", "zb-v", "dualpipev"]}
-BUBBLE_DRIVER = """
-const fs = require('fs'), vm = require('vm');
-const [casesFile, ...scripts] = process.argv.slice(2);
-const ctx = {document: {readyState: 'complete', querySelectorAll: () => []}};
-ctx.window = ctx;
-vm.createContext(ctx);
-for (const f of scripts) vm.runInContext(fs.readFileSync(f, 'utf8'), ctx, {filename: f});
-const C = ctx.COURSE_CALC, L = C.lib, spec = C.calculators.bubble, fields = spec.fields();
+BUBBLE_DRIVER = IN_A_PAGE + """const C = ctx.COURSE_CALC, L = C.lib, spec = C.calculators.bubble, fields = spec.fields();
 const results = JSON.parse(fs.readFileSync(casesFile, 'utf8')).map(c => {
   const texts = Object.assign(Object.fromEntries(fields.map(f => [f.name, f.value])), c), v = {};
   for (const f of fields) v[f.name] = f.options ? texts[f.name] : L.parseField(texts[f.name]);
@@ -224,13 +224,7 @@ def test_the_pipeline_calculator_replays_the_zero_bubble_schedules_as_python(tmp
 
     from course_lib.layout import bubble
     cases = _bubble_cases()
-    (tmp_path / "data.js").write_text(calculator_data_js(), encoding="utf-8")
-    (tmp_path / "driver.js").write_text(BUBBLE_DRIVER, encoding="utf-8")
-    (tmp_path / "cases.json").write_text(json.dumps(cases), encoding="utf-8")
-    run = subprocess.run([NODE, str(tmp_path / "driver.js"), str(tmp_path / "cases.json"), str(tmp_path / "data.js"),
-                          str(I18N_SCRIPT), str(SCRIPT)], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-2000:]
-    got = json.loads(run.stdout)
+    got = _in_a_page(tmp_path, BUBBLE_DRIVER, cases, I18N_SCRIPT, SCRIPT)
     assert got["options"] == list(bubble.PAGE_SCHEDULES)
     assert got["pipe"] == {"schedules": list(bubble.PAGE_SCHEDULES), "max_p": bubble.PAGE_MAX_P,
                            "max_replay": bubble.MAX_REPLAY}
