@@ -38,21 +38,21 @@ def compare_table(rows: Iterable[Sequence], *, digits: int = 3, tolerance: float
         if tolerance is not None:
             line.append(tr("ok" if abs(ratio - 1) <= tolerance else "OFF", lang))
         lines.append(line)
-    widths = [max(_width(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
+    widths = [max(text_width(r[i]) for r in [hdr] + lines) for i in range(len(hdr))]
     out = [" | ".join(_ljust(h, w) for h, w in zip(hdr, widths)),
            "-+-".join("-" * w for w in widths)]
     out += [" | ".join(_ljust(c, w) for c, w in zip(r, widths)) for r in lines]
     return "\n".join(out)
 
 
-def _width(text: str) -> int:
+def text_width(text: str) -> int:
     """Columns ``text`` takes in a monospace font: a CJK character (wide, East Asian width W/F) two."""
     from unicodedata import east_asian_width
     return sum(2 if east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _ljust(text: str, width: int) -> str:
-    return text + " " * (width - _width(text))
+    return text + " " * (width - text_width(text))
 
 
 _SUPERSCRIPT = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")

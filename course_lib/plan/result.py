@@ -2,21 +2,14 @@
 and its ``render()``, a text summary that names the chapter behind every line."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from ..i18n import tr, translate
-from ..report import si
+from ..report import si, text_width
 
 __all__ = ["Plan"]
 
 _DAY = 86_400.0
-_WIDE = re.compile(r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6]")
-
-
-def _columns(text: str) -> int:
-    """The columns ``text`` takes in a monospaced font: a CJK character or full-width sign is two."""
-    return len(text) + len(_WIDE.findall(text))
 
 
 @dataclass(frozen=True)
@@ -137,8 +130,8 @@ class Plan:
         lines += [("[ch16 batch]", translate(self.batch_note, lang))] if self.batch_note else []
         lines += [("[ch07 numerics]", translate(c, lang)) for c in self.caveats]
         tags = [tr(tag, lang) for tag, _ in lines]
-        width = max(17, 1 + max(map(_columns, tags)))       # English: the tags in a column 17 wide
-        return "\n".join(tag + " " * (width - _columns(tag)) + text for tag, (_, text) in zip(tags, lines))
+        width = max(17, 1 + max(map(text_width, tags)))       # English: the tags in a column 17 wide
+        return "\n".join(tag + " " * (width - text_width(tag)) + text for tag, (_, text) in zip(tags, lines))
 
     def __str__(self) -> str:
         return self.render()
