@@ -72,7 +72,7 @@ def test_the_plan_summary_speaks_the_page_s_language() -> None:
     assert zh[4].startswith("[第 1 章 MFU]       45.0%（给定；布局估计为 ")
     assert zh[-1].startswith("[第 7 章 数值]      4 个微批次的梯度累加，以及 1024 个 rank 上的 DP 归约")
     # the text after the tags starts in one column (a CJK character two columns wide)
-    from course_lib.plan.result import _columns
+    from course_lib.report import text_width as _columns
     assert len({_columns(line[:line.index("]") + 1]) + len(line[line.index("]") + 1:]) - len(line[line.index("]") + 1:].lstrip())
                 for line in zh}) == 1
     fp8 = plan(n_params=70e9, n_tokens=15e12, gpu="A100", n_gpus=2048, dtype="fp8").render("zh")
