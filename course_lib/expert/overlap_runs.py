@@ -145,11 +145,8 @@ def draw(per_rank: list[dict], step: int, ax=None, *, title: str | None = None, 
     rows = [tr("rank {r} {lane}", lang, r=r, lane=tr(lane, lang, context="timeline lane"))
             for r in range(len(per_rank)) for lane in ("compute", "all-to-all")]
     names = {k: tr(v, lang) for k, v in NAMES.items()}
-    ax = gantt.draw(tl, ax, title=title, unit="ms", scale=1e3, labels=False, legend=legend, rows=rows,
-                    kinds=tuple(COLORS), names=names, colors=COLORS)
-    if lang != "en":
-        ax.set_xlabel(tr("time (ms)", lang))
-    return ax
+    return gantt.draw(tl, ax, title=title, unit="ms", scale=1e3, labels=False, legend=legend, rows=rows,
+                      kinds=tuple(COLORS), names=names, colors=COLORS, lang=lang)
 
 
 def draw_both(per_rank: list[dict], *, titles: tuple[str, str] = ("serial", "overlapped"), lang: str = "en"):
