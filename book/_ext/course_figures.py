@@ -209,14 +209,6 @@ def css_width(image: nodes.image, srcdir: str = "") -> float | None:
     return float(pixels)
 
 
-def _ancestors(node: nodes.Node) -> list[nodes.Element]:
-    out, node = [], node.parent
-    while node is not None:
-        out.append(node)
-        node = node.parent
-    return out
-
-
 def mark_wide(figure: nodes.figure, bundle: nodes.Element, srcdir: str = "") -> None:
     """Classes that let course.css draw a wide plot readably on a phone (see the module's docstring)."""
     widths = [w for w in (css_width(i, srcdir) for i in _images(bundle)) if w]
@@ -266,9 +258,6 @@ class CaptionCellFigures(SphinxTransform):
             if "{glue" in image.get("alt", ""):
                 glue = page_glue(self.app, docname) if glue is None else glue
                 image["alt"] = glued_alt(image["alt"], glue)
-        for figure in list(self.document.findall(nodes.figure)):   # a pasted plot ({glue:figure}) is no cell's
-            if not any(c.get("nb_element") == "cell_code" for c in _ancestors(figure)):
-                mark_wide(figure, figure, self.env.srcdir)
         for cell in list(self.document.findall(nodes.container)):
             if cell.get("nb_element") != "cell_code":
                 continue
@@ -310,6 +299,8 @@ class CaptionCellFigures(SphinxTransform):
                         figure["ids"].remove(old)        # an automatic "id7": the label names it instead
                         self.document.ids.pop(old, None)
                     self.document.note_explicit_target(figure, figure)
+        for figure in self.document.findall(nodes.figure):   # a pasted plot ({glue:figure}) is no cell's
+            mark_wide(figure, figure, self.env.srcdir)         # (a cell's is marked already: a no-op)
 
     def _unwrap_non_images(self, cell: nodes.Element) -> None:
         """myst-nb wraps every display output of a cell with figure options in that figure, a
