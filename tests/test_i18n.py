@@ -221,6 +221,16 @@ def test_each_file_names_each_english_text_once() -> None:
     assert len(i18n.ZH) > 500
 
 
+def test_a_generated_sentence_takes_its_own_template_not_a_shorter_one_inside_it() -> None:
+    """Chapter 16's law table showed 'the method 个中 fitted between losses …': the sentence was
+    filled into the short template "{n} of {m}" (i18n.translate tried templates in file order)."""
+    from course_lib import batch, nbtwin
+    allow = nbtwin.load_allowlist(ROOT / "book" / "zh" / "latin_allowlist.txt")
+    zh = i18n.translate(batch.law("tiny_gpt")["limits"], "zh")
+    assert zh.startswith("在损失") and nbtwin.latin_words(zh, allow) == [], zh
+    assert i18n.translate("3 of 4", "zh") == "4 个中 3 个"
+
+
 def test_translate_fills_a_template_with_the_values_a_drawn_text_shows() -> None:
     assert i18n.translate("theory, T/E = 8", "zh") == "理论，T/E = 8"
     assert i18n.translate("δ = 30 s: first order", "zh") == "δ = 30 s：一阶近似"

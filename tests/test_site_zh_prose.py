@@ -49,17 +49,6 @@ def _pages() -> list[str]:
 
 
 PAGES = _pages()
-# pages known to fail, with why, until a fix lands (none now: every Chinese page and twin passes); a
-# page listed here that passes shows as XPASS, and its entry goes
-PENDING: dict[str, str] = {}
-
-
-def _param(page: str):
-    why = next((v for k, v in PENDING.items() if page.startswith(k)), None)
-    # not strict: a pending page that now passes shows as XPASS in the summary; then delete its entry
-    return pytest.param(page, marks=pytest.mark.xfail(reason=why, strict=False)) if why else page
-
-
 # table columns that are not the page's prose: the glossary's English headwords, the notes' own words
 VERBATIM_COLUMNS = ("English", "笔记原文")
 # a quotation with Chinese in it quotes the notes (issue #49: "the claim ledger quotes the seeds")
@@ -163,20 +152,10 @@ def test_chinese_built_pages_latin_prose_is_reported(html_dir: Path, capsys) -> 
               f"in the twins' outputs, the English notebooks' own (not failed): {shared}")
 
 
-@pytest.mark.parametrize("page", [_param(p) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES)
 def test_chinese_built_page_reads_as_chinese(html_dir: Path, page: str) -> None:
     words = page_latin(html_dir, page)
     assert len(words) <= MAX_LATIN_PER_BUILT_PAGE, (
         f"{len(words)} Latin-script prose words on the built {page} (at most {MAX_LATIN_PER_BUILT_PAGE}): "
         f"{' '.join(words)} -- translate them where they are written (the page, or the course_lib code "
         "that glues them: lang= and i18n.tr), or add a real term or cited title to book/zh/latin_allowlist.txt")
-
-
-def test_a_generated_sentence_takes_its_own_template_not_a_shorter_one_inside_it() -> None:
-    """Chapter 16's law table showed 'the method 个中 fitted between losses …': the sentence was
-    filled into the short template "{n} of {m}" (i18n.translate tried templates in file order)."""
-    from course_lib import batch
-    from course_lib.i18n import translate
-    zh = translate(batch.law("tiny_gpt")["limits"], "zh")
-    assert zh.startswith("在损失") and nbtwin.latin_words(zh, ALLOW) == [], zh
-    assert translate("3 of 4", "zh") == "4 个中 3 个"
