@@ -17,7 +17,9 @@ two editions' code cells stay byte for byte the same (tests/test_editions.py).
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,6 @@ def _files(root: Path) -> list[Path]:
     """The files of :data:`SOURCES`: those git tracks when ``root`` is a checkout (so an untracked
     file of an author's tree, which the students' handout does not copy, counts in neither), else
     every file there (a handout, a tarball), caches and hidden files left out."""
-    import fnmatch
-    import subprocess
     try:
         out = subprocess.run(["git", "ls-files", "-z", "--", *(f for f, _ in SOURCES)], cwd=root,
                              capture_output=True, check=True, timeout=60).stdout.decode()
