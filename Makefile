@@ -60,7 +60,7 @@ JOBS ?= 2
 # The Chinese twins (notebooks|solutions|exercises/zh) are never executed: their code cells and outputs
 # equal the English notebook's byte for byte (tests/test_twins.py), which nbval checks here.
 ZH_TWINS_IGNORE := --ignore=notebooks/zh --ignore=solutions/zh --ignore=exercises/zh
-XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: unit tests, the book's tests, notebooks (conftest)
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder   # keep the order: unit tests, the book's tests and the labs in turn, worked answers (conftest)
 SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
 NUMERIC_TESTS = tests/test_numerics.py tests/test_stability.py tests/test_tensor_parallel.py \
 	tests/test_context_parallel.py tests/test_dp_components.py tests/test_dp_fsdp.py \
