@@ -65,6 +65,11 @@ SERIAL_FILES = $(shell grep -l 'mark.serial' tests/*.py)
 NUMERIC_TESTS = tests/test_numerics.py tests/test_stability.py tests/test_tensor_parallel.py \
 	tests/test_context_parallel.py tests/test_dp_components.py tests/test_dp_fsdp.py \
 	tests/test_fsdp_components.py tests/test_zero_state.py tests/test_pipeline.py tests/test_moe.py
+# The suite starts a few hundred Python processes: with PYTHONDONTWRITEBYTECODE set (as some
+# containers do), each compiles course_lib again and every pytest process rewrites the asserts of all
+# ~90 test modules again (4.7 of its 13 CPU-s of collection). make test writes the bytecode caches
+# (__pycache__/, ignored by git) whatever that variable says.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV_OK)
 	@second=$$($(PY) -m course_lib.nbtools second-path); \
 	if [ -n "$$second" ]; then echo "notebooks' kernels under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
