@@ -54,9 +54,7 @@ exercises: $(VENV_OK)
 # the two checks (a machine with no second path runs them on its own). The notebooks whose checked
 # outputs hold no float (nbtools.KERNEL_PATH_INDEPENDENT, each with its reason) keep this machine's
 # kernels. (2) The unit tests that compare numbers computed two ways (split across ranks vs. whole,
-# one optimizer vs. its reference: NUMERIC_TESTS) again, wholly under the second kernel path, in one
-# process beside part (1) from its start: it fills the cores that part (1) leaves idle at its start
-# and its end (36 s as a part of its own, after the first). (3)
+# one optimizer vs. its reference: NUMERIC_TESTS) again, wholly under the second kernel path. (3)
 # The tests marked `serial`, which compare wall-clock time with a tight bound, alone on a quiet machine.
 JOBS ?= 2
 # The Chinese twins (notebooks|solutions|exercises/zh) are never executed: their code cells and outputs
@@ -73,18 +71,13 @@ NUMERIC_TESTS = tests/test_numerics.py tests/test_stability.py tests/test_tensor
 # (__pycache__/, ignored by git) whatever that variable says.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: $(VENV_OK)
-	@second=$$($(PY) -m course_lib.nbtools second-path); mkdir -p build; rm -f build/numeric-tests.rc; \
-	if [ -n "$$second" ]; then echo "notebooks' kernels under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels);" \
-	  "the numeric unit tests again under it, beside the first part (build/numeric-tests.log)"; \
-	  (ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q -p no:cacheprovider --durations=10 -m "not serial" $(NUMERIC_TESTS) \
-	    > build/numeric-tests.log 2>&1; echo $$? > build/numeric-tests.rc) & \
+	@second=$$($(PY) -m course_lib.nbtools second-path); \
+	if [ -n "$$second" ]; then echo "notebooks' kernels under ATEN_CPU_CAPABILITY=$$second (another CPU's kernels)"; \
 	else echo "torch runs its default kernels here; no second kernel path to try"; fi; \
 	COURSE_NOTEBOOK_KERNEL_PATH=$$second $(PY) -m pytest -q --durations=15 $(XDIST) -p course_lib.nbtools_pytest \
-	  -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures $(ZH_TWINS_IGNORE) tests notebooks solutions; \
-	first=$$?; wait; numeric=0; \
-	if [ -n "$$second" ]; then echo "numeric unit tests under ATEN_CPU_CAPABILITY=$$second:"; cat build/numeric-tests.log; \
-	  numeric=$$(cat build/numeric-tests.rc 2>/dev/null || echo 1); fi; \
-	[ "$$first" -eq 0 ] || exit $$first; [ "$$numeric" -eq 0 ] || exit $$numeric
+	  -m "not serial" --nbval --nbval-current-env --ignore=tests/fixtures $(ZH_TWINS_IGNORE) tests notebooks solutions || exit $$?; \
+	if [ -n "$$second" ]; then echo "numeric unit tests under ATEN_CPU_CAPABILITY=$$second"; \
+	ATEN_CPU_CAPABILITY=$$second $(PY) -m pytest -q --durations=10 $(XDIST) -m "not serial" $(NUMERIC_TESTS) || exit $$?; fi
 	$(PY) -m pytest -q -m serial $(SERIAL_FILES)
 
 # Full-page screenshots of every page at both widths (build/test-artifacts/screenshots/), for a reviewer:
