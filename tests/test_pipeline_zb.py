@@ -3,6 +3,7 @@ and their execution on real gloo ranks against one process."""
 from __future__ import annotations
 
 import pytest
+from machine_load import judge_timing
 
 from course_lib import pipeline
 from course_lib.pipeline import zb_runs
@@ -101,9 +102,11 @@ def test_paced_zero_bubble_lands_within_3_points_of_the_simulator():
             assert r["in_flight"] == r["promised"], r["schedule"]
         if all(abs(r["measured"] - r["simulated"]) < 0.03 for r in rows):
             break
-    else:
-        pytest.fail(f"measured vs simulated: {[(r['schedule'], r['measured'], r['simulated']) for r in rows]}")
-    assert all(r["measured"] < pipeline.bubble_fraction(2, 4) / 2 for r in rows)    # 1F1B's is 0.2
+    # wall-clock bounds: judged on a quiet machine, skipped (saying so) when other processes take the cores
+    judge_timing(all(abs(r["measured"] - r["simulated"]) < 0.03 for r in rows),
+                 f"measured vs simulated bubble: {[(r['schedule'], r['measured'], r['simulated']) for r in rows]}")
+    judge_timing(all(r["measured"] < pipeline.bubble_fraction(2, 4) / 2 for r in rows),   # 1F1B's is 0.2
+                 f"measured bubbles {[(r['schedule'], r['measured']) for r in rows]} not under half of 1F1B's")
 
 
 def test_dualpipev_hides_more_of_a_slow_link_than_1f1b():

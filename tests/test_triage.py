@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from machine_load import judge_timing
 
 from course_lib import faults
 from course_lib.triage import DumpError, analyze, dump_path
@@ -163,7 +164,7 @@ def test_the_restore_from_memory_is_faster_than_dcp_from_disk(tmp_path, shm):
     r = kill_and_restore(tmp_path, shm, world_size=4, victim=1, steps=3, disk_step=2, elements=1 << 18)
     memory = sorted(row["memory_s"] for row in r["rows"])
     disk = sorted(row["disk_s"] for row in r["rows"])
-    assert memory[2] < disk[2], (memory, disk)
+    judge_timing(memory[2] < disk[2], f"restores from memory {memory} s not faster than from disk {disk} s")
 
 
 @pytest.mark.parametrize("how,why", [("peer_dead", "the copy held by its peer rank 0 is gone"),
