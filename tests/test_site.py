@@ -44,6 +44,7 @@ LOCAL_SCHEMES = {"data", "blob", "about", "file"}
 SCREENSHOTS = ROOT / "build" / "test-artifacts" / "screenshots"
 TAKE_SCREENSHOTS = os.environ.get("COURSE_SCREENSHOTS", "").strip() not in {"", "0"}
 MATHJAX_TIMEOUT_MS = 30_000
+DESKTOP = {"width": 1280, "height": 900}   # every context opens at it; a tab reused for the next page returns to it
 
 # Math nodes written by Sphinx/MyST (MathJax's own HTML-CSS output also uses class "math").
 SOURCE_MATH = ("() => [...document.querySelectorAll('.math')]"
@@ -141,7 +142,7 @@ def _is_local(url: str) -> bool:
 def new_context(browser: Any) -> Any:
     """A browser context at 1280 x 900 with service workers off; the launch's dead proxy keeps the
     network out of reach (LAUNCH_ARGS), and its HTTP cache is on."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    context = browser.new_context(viewport=DESKTOP, service_workers="block")
     context.set_default_timeout(patience(30_000))      # every other wait: stretched on a busy machine
     return context
 
@@ -178,8 +179,8 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
     if own:
         context = new_context(browser)
     page = tab if tab is not None else context.new_page()
-    if tab is not None and page.viewport_size["width"] != 1280:   # the last page ended at a phone's width
-        page.set_viewport_size({"width": 1280, "height": 900})
+    if tab is not None and page.viewport_size != DESKTOP:   # the last page ended at a phone's width
+        page.set_viewport_size(DESKTOP)
     loading: dict[Any, str] = {}        # requests in flight (_wait_until_quiet)
 
     def requested(r: Any) -> None:
@@ -331,7 +332,7 @@ def test_book_opens_from_the_file_system(browser: Any, html_dir: Path) -> None:
 
 def test_language_switch_lands_on_the_same_section(browser: Any, html_dir: Path) -> None:
     """English -> 中文 -> English from file://: the switch keeps the section the reader is in."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=DESKTOP)
     context.route("**/_static/mathjax/**", lambda route: route.abort())   # not needed here; saves seconds
     try:
         page = context.new_page()

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 from bs4 import BeautifulSoup
-from test_site import browser  # noqa: F401  (the Chromium fixture, shared with the site test)
+from test_site import DESKTOP, browser  # noqa: F401  (the Chromium fixture, shared with the site test)
 
 ROOT = Path(__file__).resolve().parents[1]
-PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
 TABLE_PAGES = ("book/index", "book/11_tensor_context", "book/13_plan", "book/14_expert_parallel",
                "book/zh/index", "book/zh/13_plan")
 FIGURE_PAGES = ("book/02_scaling", "book/05_pipeline", "book/06_stability", "book/09_distill", "book/13_plan",
