@@ -47,8 +47,11 @@ CALCULATORS = [
 ]
 
 
-def _available():
+def _available(only: str | None = None):
+    """(name, function) of each calculator that imports, or of ``only`` alone when named."""
     for mod, name in CALCULATORS:
+        if only is not None and name != only:
+            continue
         try:
             fn = getattr(importlib.import_module(f"course_lib.{mod}"), name)
         except (ImportError, AttributeError):
@@ -106,12 +109,15 @@ def _summary(fn) -> str:
     return re.sub(r"\*\*([^*]+)\*\*|(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])", lambda m: m.group(1) or m.group(2), text)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every calculator a subcommand with a flag per argument, or, with
+    ``only``, that calculator's subcommand alone (what ``main`` parses a calculator's command with:
+    the same flags, usage and errors, without importing and describing the other calculators)."""
     ap = argparse.ArgumentParser(prog="python -m course_lib", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the calculators")
-    for name, fn in _available():
+    for name, fn in _available(only):
         doc = _summary(fn)
         p = sub.add_parser(name, help=doc.replace("%", "%%"), description=doc)
         for pname, param in inspect.signature(fn).parameters.items():
@@ -246,8 +252,17 @@ def _as_json(result) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
-    args = vars(ap.parse_args(argv))   # a bad flag or value: argparse's usage error, exit status 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = argv[0] if argv and argv[0] in {name for _, name in CALCULATORS} else None
+    # A calculator's command is parsed by its own subcommand alone (a tenth of the time to build);
+    # anything else (list, --help, a typo) by the whole parser. A bad flag or value: argparse's usage
+    # error, exit status 2; a flag no subcommand takes is reported by the whole parser, whose usage
+    # line lists every calculator.
+    ap = build_parser(named)
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        (build_parser() if named else ap).parse_args(argv)
+    args = vars(args)
     name = args.pop("command")
     if name == "list":
         for cmd, fn in _available():

@@ -3,6 +3,7 @@ calculators read them (70B, 15T, 2k, 1.5M, 128Ki), prints every answer with its 
 calculator by its first whole sentence in plain text, and every usage error exits with status 2."""
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -151,6 +152,47 @@ def test_list_shows_each_first_sentence_whole_and_without_rst(capsys):
 def test_every_usage_error_exits_2_without_a_traceback(argv, capsys):
     code, out, err = _cli(argv, capsys)
     assert code == 2 and out == "" and "error:" in err and "Traceback" not in err, (code, out, err)
+
+
+def _main_output(argv: list[str]) -> tuple[object, str]:
+    """``main(argv)``'s exit status (or SystemExit code) and everything it printed."""
+    import contextlib
+    import io
+
+    from course_lib.__main__ import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            code = main(argv)
+        except SystemExit as e:
+            code = e.code
+    return code, out.getvalue()
+
+
+@functools.cache
+def _whole_parser():
+    """Every calculator's parser, built once (argparse reads a line without changing its parser)."""
+    from course_lib.__main__ import build_parser
+    return build_parser()
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _available()])
+def test_a_calculators_own_parser_answers_as_the_whole_parser(name, monkeypatch):
+    """main() parses a calculator's command with that calculator's subcommand alone
+    (build_parser(name)); with the whole parser every time, each command prints the same: its
+    help, its answer, its JSON, and each usage error (a flag missing, a bad value, a flag no
+    calculator takes) with the same usage line and exit status 2."""
+    from course_lib import __main__ as cli
+    sub = next(a for a in _whole_parser()._subparsers._group_actions).choices[name]
+    flags = [a for a in sub._actions if a.option_strings and a.dest not in ("help", "_json")]
+    given = [tok for a in flags if a.required for tok in (a.option_strings[0], "1")]
+    argvs = [[name, "--help"], [name, *given], [name, *given, "--json"], [name, "--bogus", "1"],
+             [name, *given, "--bogus", "1"], *([[name, *given, flags[0].option_strings[0], "70X"]] if flags else [])]
+    own = [_main_output(argv) for argv in argvs]
+    whole = _whole_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda only=None: whole)
+    assert own == [_main_output(argv) for argv in argvs]
+    assert own[0][0] == 0 and all(code == 2 for code, _ in own[3:]), own
 
 
 def test_the_installed_command_exits_2_and_prints_units():
