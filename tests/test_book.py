@@ -188,5 +188,11 @@ def test_checker_flags_what_a_browser_would_fetch() -> None:
         assert url in joined, f"{url} not flagged in {found}"
     for fine in ("arxiv.org", "canonical", "widget-state", "local.png", "local.js"):
         assert fine not in joined, f"{fine} wrongly flagged in {found}"
+    # the pages skipped unparsed (no "//" outside a link's tag): nothing there to fetch; a URL with
+    # its slashes as character references is still parsed, and caught
+    assert offline.external_resources_in_html('<a href="https://arxiv.org/abs/1">K</a><img src="x.png">') == []
+    for slashes in ("&#47;&#47;", "&#x2F;&#x2f;", "&sol;&sol;", "&#047;/"):
+        found = offline.external_resources_in_html(f'<a href="https://arxiv.org/">K</a><img src="https:{slashes}x.org/i.png">')
+        assert found and "x.org/i.png" in found[0], (slashes, found)
     assert offline.external_resources_in_css("@font-face { src: url(https://x.org/f.woff2) }")
     assert not offline.external_resources_in_css("@font-face { src: url(../fonts/f.woff2) }")
