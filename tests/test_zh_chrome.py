@@ -52,6 +52,20 @@ def test_the_sidebar_is_the_chinese_edition_with_english_fallbacks_marked() -> N
     assert "Exercises 1（英文）" in nav and 'href="/book/index.html"' in nav
 
 
+def test_a_chinese_page_gets_the_empty_nav_instead_of_the_themes_table_of_contents() -> None:
+    """The theme's whole-book toc is not generated for a Chinese page (rewrite_zh_pages replaces it):
+    its sidebar template is swapped for an empty nav with the class rewrite_zh_pages fills; an
+    English page keeps the theme's."""
+    theme = ["navbar-logo.html", chrome.THEME_NAV, "search-button-field.html"]
+    for page, want in (("book/zh/01_flops", chrome.ZH_NAV), ("notebooks/zh/01_flops_lab", chrome.ZH_NAV),
+                       ("book/01_flops", chrome.THEME_NAV), ("notebooks/01_flops_lab", chrome.THEME_NAV)):
+        context = {"sidebars": list(theme)}
+        chrome.skip_theme_nav(None, page, "page.html", context, None)
+        assert context["sidebars"] == [theme[0], want, theme[2]], page
+    nav = (chrome.TEMPLATES / chrome.ZH_NAV).read_text(encoding="utf-8")
+    assert chrome._NAV.search(nav.split("-#}")[-1]), nav
+
+
 def test_figures_are_numbered_per_page() -> None:
     class Env:
         toc_fignumbers = {"a": {"figure": {"f9": (9,), "f7": (7,)}}, "b": {"figure": {"g": (12,)}, "table": {}}}
