@@ -38,7 +38,11 @@ LABEL_PX, MIN_LABEL_PX = 10 / 72 * 100, 7.0
 
 @pytest.fixture(scope="module")
 def open_page(browser: Any, site_url: str, html_dir: Path) -> Iterator[Any]:  # noqa: F811
-    """``open_page(docname, viewport)``: one tab, a page loaded (images decoded, scripts run) at that size."""
+    """``open_page(docname, viewport)``: one tab, a page loaded (images decoded, scripts run) at that
+    size. The page the tab already shows is resized instead of loaded again, as a reader turns a
+    phone or widens a window: course_scroll.js lays the page out on "resize" with the same function
+    as on "load" (update), so each page is loaded once, at a phone's width (the tests below ask for
+    its widths in turn, the phone's first), and checked at both."""
     context = browser.new_context(viewport=DESKTOP, service_workers="block")
     page = context.new_page()
 
@@ -46,7 +50,9 @@ def open_page(browser: Any, site_url: str, html_dir: Path) -> Iterator[Any]:  # 
         if not (html_dir / f"{docname}.html").is_file():
             pytest.skip(f"no {docname}.html in this build")
         page.set_viewport_size(viewport)
-        page.goto(f"{site_url}/{docname}.html", wait_until="load")
+        url = f"{site_url}/{docname}.html"
+        if page.url != url:
+            page.goto(url, wait_until="load")
         page.wait_for_timeout(200)          # the resize/load handlers of course_scroll.js have run
         return page
     try:
@@ -81,8 +87,8 @@ TABLES = """() => {
 }"""
 
 
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390px", "1280px"])   # a page's widths in turn
 @pytest.mark.parametrize("docname", TABLE_PAGES)
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "390px"])
 def test_wide_tables_show_every_column_or_say_they_scroll(open_page: Any, docname: str, viewport: dict) -> None:
     """Issue #43 item 12: at 1280 px the course map showed "#" and "chapter" only, and nothing said
     that it scrolled. A table whose columns do not all fit on screen must say so where it starts;
@@ -161,8 +167,8 @@ FIGURES = """(labelPx) => {
 }"""
 
 
+@pytest.mark.parametrize("viewport", [PHONE, DESKTOP], ids=["390px", "1280px"])   # a page's widths in turn
 @pytest.mark.parametrize("docname", FIGURE_PAGES)
-@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280px", "390px"])
 def test_figures_draw_their_labels_readably(open_page: Any, docname: str, viewport: dict) -> None:
     """Issue #43 item 14: chapter 5's, 13's and 14's multi-panel plots shrank to ~342x120 px on a
     phone, their labels 3-5 px tall. Every plot's labels are drawn >= MIN_LABEL_PX; one that runs

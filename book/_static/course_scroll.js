@@ -52,11 +52,25 @@
 
   function start() {
     update();
-    document.querySelectorAll(SCROLLERS).forEach(function (e) {
+    var boxes = document.querySelectorAll(SCROLLERS);
+    boxes.forEach(function (e) {
       e.addEventListener("scroll", function () { mark(e); }, {passive: true});
     });
     window.addEventListener("resize", update);
     window.addEventListener("load", update);     // images decoded: their widths are final
+    // A box's width also changes after the window's "resize" has been handled: widening a phone's
+    // window to a desktop's brings the theme's sidebar in, which narrows the article once the event
+    // is over, and a table that then overflowed had no cue. Each box's own size change is heard
+    // (marked in the next frame, so that a cue shown or hidden never re-enters the observer).
+    if ("ResizeObserver" in window) {
+      var pending = false;
+      var observer = new ResizeObserver(function () {
+        if (pending) return;
+        pending = true;
+        requestAnimationFrame(function () { pending = false; update(); });
+      });
+      boxes.forEach(function (e) { observer.observe(e); });
+    }
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
