@@ -154,21 +154,6 @@ def test_every_usage_error_exits_2_without_a_traceback(argv, capsys):
     assert code == 2 and out == "" and "error:" in err and "Traceback" not in err, (code, out, err)
 
 
-def _main_output(argv: list[str]) -> tuple[object, str]:
-    """``main(argv)``'s exit status (or SystemExit code) and everything it printed."""
-    import contextlib
-    import io
-
-    from course_lib.__main__ import main
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            code = main(argv)
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue()
-
-
 @functools.cache
 def _whole_parser():
     """Every calculator's parser, built once (argparse reads a line without changing its parser)."""
@@ -177,7 +162,7 @@ def _whole_parser():
 
 
 @pytest.mark.parametrize("name", [name for name, _ in _available()])
-def test_a_calculators_own_parser_answers_as_the_whole_parser(name, monkeypatch):
+def test_a_calculators_own_parser_answers_as_the_whole_parser(name, monkeypatch, capsys):
     """main() parses a calculator's command with that calculator's subcommand alone
     (build_parser(name)); with the whole parser every time, each command prints the same: its
     help, its answer, its JSON, and each usage error (a flag missing, a bad value, a flag no
@@ -188,11 +173,11 @@ def test_a_calculators_own_parser_answers_as_the_whole_parser(name, monkeypatch)
     given = [tok for a in flags if a.required for tok in (a.option_strings[0], "1")]
     argvs = [[name, "--help"], [name, *given], [name, *given, "--json"], [name, "--bogus", "1"],
              [name, *given, "--bogus", "1"], *([[name, *given, flags[0].option_strings[0], "70X"]] if flags else [])]
-    own = [_main_output(argv) for argv in argvs]
+    own = [_cli(argv, capsys) for argv in argvs]
     whole = _whole_parser()
     monkeypatch.setattr(cli, "build_parser", lambda only=None: whole)
-    assert own == [_main_output(argv) for argv in argvs]
-    assert own[0][0] == 0 and all(code == 2 for code, _ in own[3:]), own
+    assert own == [_cli(argv, capsys) for argv in argvs]
+    assert own[0][0] == 0 and all(code == 2 for code, *_ in own[3:]), own
 
 
 def test_the_installed_command_exits_2_and_prints_units():
