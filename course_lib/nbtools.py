@@ -127,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "second-path-ignores":
         print(" ".join(second_pass_ignores()))
         return 0
-    # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
-    # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this CLI process.
-    sys.modules.setdefault("rfc3987_syntax", None)
+    from .quick_imports import skip_iri_grammar
+    skip_iri_grammar()
     status = 0
     for path in a.paths:
         if not path.is_file():

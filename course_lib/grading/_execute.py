@@ -69,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             status.write(json.dumps(row, sort_keys=True) + "\n")
     apply_limits(a.limits)
 
-    # jsonschema (imported by nbformat) builds a Lark grammar on import if rfc3987_syntax is
-    # installed (~2.5 s CPU) for an "iri" format notebooks never use: skip it in this process.
-    sys.modules.setdefault("rfc3987_syntax", None)
+    from course_lib.quick_imports import skip_iri_grammar
+    skip_iri_grammar()
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
