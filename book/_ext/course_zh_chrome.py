@@ -194,7 +194,7 @@ def _add_templates(app: Sphinx, config: Any) -> None:
 
 def skip_theme_nav(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:  # noqa: ARG001
     """A Chinese page's sidebar template is the empty nav: the theme generates its table of contents
-    of the whole book for each page it writes, a fifth of the build's time (measured), and on a
+    of the whole book for each page it writes (on the 58 Chinese pages, 11 % of the build's CPU, measured), and on a
     Chinese page ``rewrite_zh_pages`` replaces it anyway. Runs before the theme renders the sidebars
     (priority 400 < the theme's 500)."""
     if is_zh(pagename) and THEME_NAV in context.get("sidebars", ()):
