@@ -147,20 +147,32 @@ def new_context(browser: Any) -> Any:
     return context
 
 
-def _wait_until_quiet(page: Any, loading: dict[Any, str], started: list[str], url: str,
-                      quiet_s: float = 0.5) -> None:
-    """Wait until every request the page made has finished (or failed) and none started for
-    ``quiet_s`` (``started``: every request so far): the condition itself, on the page's own request
-    events. Chromium's "networkidle" also counts connections the page never reports, and twice in
-    two fresh-clone runs under load it never came with nothing of the page's in flight (45 s)."""
+def _wait_until_settled(page: Any, loading: dict[Any, str], url: str) -> None:
+    """Wait until no request of the page is in flight and its fonts are in: what it shows is then
+    laid out for good, and can be measured."""
     limit = patience(10_000) / 1000
-    deadline, seen, since = time.monotonic() + limit, len(started), time.monotonic()
+    deadline = time.monotonic() + limit
+    while loading and time.monotonic() < deadline:
+        page.wait_for_timeout(50)                   # lets the page's events arrive
+    if loading:
+        raise AssertionError(f"{url}: requests still loading after {limit:.0f} s: {sorted(loading.values())}")
+    page.evaluate("() => document.fonts.ready.then(() => true)")
+
+
+def _wait_until_quiet(page: Any, loading: dict[Any, str], activity: list[float], url: str,
+                      quiet_s: float = 0.5) -> None:
+    """Wait until every request the page made has finished (or failed) and none started or ended
+    for ``quiet_s`` (``activity[0]``: when one last did, kept by the page's request events): the
+    condition itself. Time the caller spent measuring the page counts toward it, so a page that
+    was quiet while it was measured is not waited on again. Chromium's "networkidle" also counts
+    connections the page never reports, and twice in two fresh-clone runs under load it never
+    came with nothing of the page's in flight (45 s)."""
+    limit = patience(10_000) / 1000
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        page.wait_for_timeout(100)                  # lets the page's events arrive
-        if loading or len(started) != seen:
-            seen, since = len(started), time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
+        if not loading and time.monotonic() - activity[0] >= quiet_s:
             return
+        page.wait_for_timeout(100)                  # lets the page's events arrive
     raise AssertionError(f"{url}: requests still loading after {limit:.0f} s: {sorted(loading.values())}")
 
 
@@ -181,22 +193,28 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
     page = tab if tab is not None else context.new_page()
     if tab is not None and page.viewport_size != DESKTOP:   # the last page ended at a phone's width
         page.set_viewport_size(DESKTOP)
-    loading: dict[Any, str] = {}        # requests in flight (_wait_until_quiet)
+    loading: dict[Any, str] = {}        # requests in flight (_wait_until_settled, _wait_until_quiet)
+    activity = [time.monotonic()]       # when a request last started or ended (_wait_until_quiet)
 
     def requested(r: Any) -> None:
         result.requests.append(r.url)
         loading[r] = r.url
+        activity[0] = time.monotonic()
         if not _is_local(r.url):
             result.external.append(r.url)
 
-    def failed(r: Any) -> None:
+    def finished(r: Any) -> None:
         loading.pop(r, None)
+        activity[0] = time.monotonic()
+
+    def failed(r: Any) -> None:
+        finished(r)
         if _is_local(r.url):
             result.failed_requests.append(f"{r.url}: {r.failure}")
 
     handlers = {
         "request": requested,
-        "requestfinished": lambda r: loading.pop(r, None),
+        "requestfinished": finished,
         "requestfailed": failed,
         "response": lambda r: result.bad_responses.append(f"{r.status} {r.url}") if r.status >= 400 else None,
         "console": lambda m: result.console_errors.append(m.text) if m.type == "error" else None,
@@ -221,7 +239,7 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
         if collect:
             result.collected = page.evaluate(collect)
         result.broken_images = page.evaluate(BROKEN_IMAGES)
-        _wait_until_quiet(page, loading, result.requests, url)
+        _wait_until_settled(page, loading, url)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
         for width in layout_widths:
@@ -232,6 +250,7 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
                 page.screenshot(path=str(screenshot.with_name(f"{screenshot.stem}-{width}.jpg")), full_page=True, quality=70)
         if screenshot is not None and not layout_widths:
             page.screenshot(path=str(screenshot), full_page=True)
+        _wait_until_quiet(page, loading, activity, url)   # the page asks for nothing more
     finally:
         if tab is None:
             page.close()
@@ -306,6 +325,19 @@ def test_a_page_asking_another_host_is_caught_and_never_reaches_it(browser: Any,
     assert "external" in " ".join(v.problems())
     # stopped at this machine's closed port, on a machine with network access too
     assert sorted(failures) == [f"{u} net::ERR_PROXY_CONNECTION_FAILED" for u in sorted(v.external)], failures
+
+
+def test_a_request_a_page_makes_after_it_was_measured_is_still_caught(browser: Any, tmp_path: Path) -> None:
+    """The visit measures the page, then waits until no request has started or ended for half a
+    second: a page that asks another host for something a moment after it has loaded (a late
+    script, a lazy image) is caught even when it was measured before the request left."""
+    page = tmp_path / "late page.html"
+    page.write_text('<html><body><main><article class="bd-article"><p>x</p></article></main>'
+                    '<script>setTimeout(() => { new Image().src = '
+                    '"http://late.example.com/x.png"; }, 300);</script></body></html>', encoding="utf-8")
+    v = visit(browser, page.as_uri(), layout_widths=LAYOUT_WIDTHS)
+    assert sorted(v.layouts) == sorted(LAYOUT_WIDTHS)
+    assert v.external == ["http://late.example.com/x.png"], v.requests
 
 
 def test_search_works_offline(browser: Any, site_url: str) -> None:
