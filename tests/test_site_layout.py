@@ -36,6 +36,22 @@ FIGURE_PAGES = ("book/02_scaling", "book/05_pipeline", "book/06_stability", "boo
 LABEL_PX, MIN_LABEL_PX = 10 / 72 * 100, 7.0
 
 
+# Resolves once the page has stopped moving: no CSS transition or animation running (the theme
+# slides its sidebar in when a window widens past a phone's), then two frames more, the one where a
+# ResizeObserver hears the last size change and the one where course_scroll.js, acting in a
+# requestAnimationFrame, marks the boxes.
+SETTLED = """() => new Promise(done => {
+    let calm = 0;
+    const tick = () => {
+        const moving = document.getAnimations().some(a => a.playState === 'running' &&
+            !(a.effect && a.effect.getComputedTiming().endTime === Infinity));   // not a spinner
+        calm = moving ? 0 : calm + 1;
+        if (calm >= 3) done(true); else requestAnimationFrame(tick);
+    };
+    requestAnimationFrame(tick);
+})"""
+
+
 @pytest.fixture(scope="module")
 def open_page(browser: Any, site_url: str, html_dir: Path) -> Iterator[Any]:  # noqa: F811
     """``open_page(docname, viewport)``: one tab, a page loaded (images decoded, scripts run) at that
@@ -53,7 +69,7 @@ def open_page(browser: Any, site_url: str, html_dir: Path) -> Iterator[Any]:  # 
         url = f"{site_url}/{docname}.html"
         if page.url != url:
             page.goto(url, wait_until="load")
-        page.wait_for_timeout(200)          # the resize/load handlers of course_scroll.js have run
+        page.evaluate(SETTLED)         # the resize/load handlers of course_scroll.js have run
         return page
     try:
         yield go
