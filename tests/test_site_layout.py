@@ -69,7 +69,7 @@ def open_page(browser: Any, site_url: str, html_dir: Path) -> Iterator[Any]:  # 
         url = f"{site_url}/{docname}.html"
         if page.url != url:
             page.goto(url, wait_until="load")
-        page.evaluate(SETTLED)         # the resize/load handlers of course_scroll.js have run
+        page.evaluate(SETTLED)              # the resize/load handlers of course_scroll.js have run
         return page
     try:
         yield go
