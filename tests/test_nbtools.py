@@ -87,8 +87,10 @@ def test_make_tests_plugin_gives_only_the_notebooks_kernels_the_second_path(tmp_
         "    assert 'ATEN_CPU_CAPABILITY' not in os.environ\n")
     # make test itself runs under the plugin: neither its variable nor the path may leak in here
     env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "COURSE_NOTEBOOK_KERNEL_PATH")}
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course_lib.nbtools_pytest",
-            "--nbval", "--nbval-current-env", "probe.ipynb", "test_after.py"]
+    # the plugins as make test loads them (quick_imports from pyproject's addopts, which a run in
+    # tmp_path does not read: without it nbval's jsonschema compiles an unused grammar, 1.4 s a run)
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "course_lib.quick_imports",
+            "-p", "course_lib.nbtools_pytest", "--nbval", "--nbval-current-env", "probe.ipynb", "test_after.py"]
     run = subprocess.run(args, cwd=tmp_path, env=dict(env, COURSE_NOTEBOOK_KERNEL_PATH=second),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:]
