@@ -147,18 +147,6 @@ def new_context(browser: Any) -> Any:
     return context
 
 
-def _wait_until_settled(page: Any, loading: dict[Any, str], url: str) -> None:
-    """Wait until no request of the page is in flight and its fonts are in: what it shows is then
-    laid out for good, and can be measured."""
-    limit = patience(10_000) / 1000
-    deadline = time.monotonic() + limit
-    while loading and time.monotonic() < deadline:
-        page.wait_for_timeout(50)                   # lets the page's events arrive
-    if loading:
-        raise AssertionError(f"{url}: requests still loading after {limit:.0f} s: {sorted(loading.values())}")
-    page.evaluate("() => document.fonts.ready.then(() => true)")
-
-
 def _wait_until_quiet(page: Any, loading: dict[Any, str], activity: list[float], url: str,
                       quiet_s: float = 0.5) -> None:
     """Wait until every request the page made has finished (or failed) and none started or ended
@@ -174,6 +162,13 @@ def _wait_until_quiet(page: Any, loading: dict[Any, str], activity: list[float],
             return
         page.wait_for_timeout(100)                  # lets the page's events arrive
     raise AssertionError(f"{url}: requests still loading after {limit:.0f} s: {sorted(loading.values())}")
+
+
+def _wait_until_settled(page: Any, loading: dict[Any, str], activity: list[float], url: str) -> None:
+    """Wait until no request of the page is in flight (quiet for no time at all) and its fonts are
+    in: what it shows is then laid out for good, and can be measured."""
+    _wait_until_quiet(page, loading, activity, url, quiet_s=0.0)
+    page.evaluate("() => document.fonts.ready.then(() => true)")
 
 
 def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: str | None = None,
@@ -193,7 +188,7 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
     page = tab if tab is not None else context.new_page()
     if tab is not None and page.viewport_size != DESKTOP:   # the last page ended at a phone's width
         page.set_viewport_size(DESKTOP)
-    loading: dict[Any, str] = {}        # requests in flight (_wait_until_settled, _wait_until_quiet)
+    loading: dict[Any, str] = {}        # requests in flight (_wait_until_quiet)
     activity = [time.monotonic()]       # when a request last started or ended (_wait_until_quiet)
 
     def requested(r: Any) -> None:
@@ -239,7 +234,7 @@ def visit(browser: Any, url: str, screenshot: Path | None = None, after_load: st
         if collect:
             result.collected = page.evaluate(collect)
         result.broken_images = page.evaluate(BROKEN_IMAGES)
-        _wait_until_settled(page, loading, url)
+        _wait_until_settled(page, loading, activity, url)
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
         for width in layout_widths:
