@@ -79,3 +79,40 @@ def test_a_labs_header_states_no_time_of_its_own(path: Path) -> None:
     assert TIMES_LINK in header, f"{path.name}: the header should say its time with a link to ../data/lab_times.json"
     typed = [m.group(0) for m in DURATION.finditer(header)]
     assert not typed, f"{path.name}: the header types a time by hand ({typed}); link the measured one instead"
+
+
+# A folder made with tempfile.mkdtemp outlives the kernel: nothing removes it but the code that made
+# it. Lab 12 left its jobs' checkpoints (94 MB) in the temp folder on every run, lab 3 and chapter 3's
+# page their shards; lab 17 removed its folders from the start.
+MKDTEMP = re.compile(r"^(\w+)\s*=\s*\[?\s*(?:Path\()?tempfile\.mkdtemp\(", re.MULTILINE)
+CODE_CELL_MD = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+PAGES = sorted((ROOT / "book").glob("*.md"))   # the Chinese twins run the same code cells (test_editions)
+
+
+def _code_sources(path: Path) -> list[str]:
+    if path.suffix == ".md":
+        return CODE_CELL_MD.findall(path.read_text(encoding="utf-8"))
+    return [_source(c) for c in _code_cells(path)]
+
+
+def _removes(text: str, name: str) -> bool:
+    """``text`` calls rmtree on ``name``, directly or as one item of a ``for f in (...)`` loop."""
+    if re.search(rf"rmtree\(\s*{name}\b", text):
+        return True
+    loops = re.finditer(r"for (\w+) in \(([^)]*)\):\s*\n\s*(?:shutil\.)?rmtree\(\s*\1\b", text)
+    return any(re.search(rf"\b{name}\b", m.group(2)) for m in loops)
+
+
+def test_removal_is_recognised_direct_or_in_a_loop() -> None:
+    assert _removes("shutil.rmtree(work, ignore_errors=True)", "work")
+    assert _removes("for folder in (*shm, work):\n    shutil.rmtree(folder)", "shm")
+    assert not _removes("shutil.rmtree(other)", "work") and not _removes("print(work)", "work")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + PAGES])
+def test_a_temp_folder_it_makes_is_removed_once_used(path: Path) -> None:
+    sources = _code_sources(path)
+    kept = [m.group(1) for i, src in enumerate(sources) for m in MKDTEMP.finditer(src)
+            if not _removes("\n".join([src[m.end():], *sources[i + 1:]]), m.group(1))]
+    assert not kept, (f"{path.name}: tempfile.mkdtemp folders {kept} are never removed; end their last use with "
+                      "shutil.rmtree(folder, ignore_errors=True) so each run does not leave them in the temp folder")
