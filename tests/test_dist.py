@@ -483,12 +483,14 @@ def test_demo_workers_under_launch():
     assert bw[0][0]["bytes"] == 4096 and bw[0][0]["busbw"] > 0
 
 
-def test_same_worker_runs_under_torchrun():
+def test_same_worker_runs_under_torchrun(tmp_path):
     import subprocess
     import sys
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    # --standalone: a rendezvous on a free port, not torchrun's fixed default 29500
-    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "-m", "course_lib.dist",
+    # --standalone: a rendezvous on a free port, not torchrun's fixed default 29500; --log-dir: its
+    # per-rank logs here, not in a folder of the system's temp folder that nothing removes
+    out = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", "--log-dir", str(tmp_path),
+                          "-m", "course_lib.dist",
                           "course_lib.dist_check:allreduce_check", "--kwargs", '{"n": 3}'],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -165,7 +165,7 @@ def test_another_job_is_refused_the_folder_and_it_is_left_as_it_was(rotten):
     assert {p: file_sha256(p) for p in (out / "ckpt").rglob("*") if p.is_file()} == before
 
 
-def test_a_job_none_of_whose_checkpoints_verifies_stops_once_and_leaves_them(tmp_path):
+def test_a_job_none_of_whose_checkpoints_verifies_stops_once_and_leaves_them(tmp_path, monkeypatch):
     # keep_last=1 and its one checkpoint broken: 28369aa refused it, trained from step 0, exited 0
     # and saved over it. Now the job stops, naming the file, and the agent does not restart it.
     from course_lib.faults.checkpointer import checkpoint_dir
@@ -177,8 +177,13 @@ def test_a_job_none_of_whose_checkpoints_verifies_stops_once_and_leaves_them(tmp
     files = lambda: {p: file_sha256(p) for p in (tmp_path / "ckpt").rglob("*")  # noqa: E731
                      if p.is_file() and p.name != "LOCK"}
     before = files()
+    temp = tmp_path / "temp"          # the agent's and the ranks' temp folder: torchrun's logs go elsewhere
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     res = run_job(tmp_path, job, max_restarts=3)
     assert res.returncode != 0, res.output[-3000:]
+    left = [p.name for p in temp.iterdir() if not p.name.startswith("torchinductor_")]   # torch's one cache
+    assert not left, left                                            # the job left nothing else in it
     assert res.output.count("job refused: NoVerifiedCheckpointError") == 1, res.output[-3000:]
     assert f"{hit} does not match its SHA-256" in res.output and ".DS_Store" not in res.output
     assert files() == before                                         # nothing trained or saved over it

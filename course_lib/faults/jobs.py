@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -115,22 +116,25 @@ def run_job(out: str | Path, job: JobConfig = JobConfig(), *, nproc: int = 2, ma
     timeout = positive("timeout", timeout)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-           "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts), "--monitor-interval", "0.1",
-           "-m", "course_lib.faults.elastic", *job.argv(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "LOGLEVEL": "WARNING"}
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    try:
-        text, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        text = proc.stdout.read() if proc.stdout else ""
-        raise TimeoutError(f"the elastic job did not finish within {timeout:g} s; its output ends:\n"
-                           f"{text[-3000:]}") from None
-    finally:
-        _stop(proc)
+    # torchrun writes each attempt's per-rank logs under --log-dir, by default a folder of its own in
+    # the temp folder that nothing removes (one per job: lab 12 and the tests left eight a run)
+    with tempfile.TemporaryDirectory(prefix="course-torchrun-", ignore_cleanup_errors=True) as logs:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+               "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts), "--monitor-interval", "0.1",
+               "--log-dir", logs, "-m", "course_lib.faults.elastic", *job.argv(out)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
+        try:
+            text, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            text = proc.stdout.read() if proc.stdout else ""
+            raise TimeoutError(f"the elastic job did not finish within {timeout:g} s; its output ends:\n"
+                               f"{text[-3000:]}") from None
+        finally:
+            _stop(proc)
     log = read_log(out) if (out / "log.jsonl").exists() else {}
     return ElasticResult(proc.returncode, log.get("resumed_from", []), log.get("last_step", []),
                          log.get("incomplete_seen", []), log.get("steps_redone", []),
