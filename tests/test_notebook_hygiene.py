@@ -84,7 +84,8 @@ def test_a_labs_header_states_no_time_of_its_own(path: Path) -> None:
 # A folder made with tempfile.mkdtemp outlives the kernel: nothing removes it but the code that made
 # it. Lab 12 left its jobs' checkpoints (94 MB) in the temp folder on every run, lab 3 and chapter 3's
 # page their shards; lab 17 removed its folders from the start.
-MKDTEMP = re.compile(r"^(\w+)\s*=\s*\[?\s*(?:Path\()?tempfile\.mkdtemp\(", re.MULTILINE)
+MKDTEMP = re.compile(r"^[ \t]*(\w+)\s*=\s*\[?\s*(?:Path\()?(?:tempfile\.)?mkdtemp\(", re.MULTILINE)
+MKDTEMP_CALL = re.compile(r"\bmkdtemp\(")
 CODE_CELL_MD = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 PAGES = sorted((ROOT / "book").glob("*.md"))   # the Chinese twins run the same code cells (test_editions)
 
@@ -103,6 +104,14 @@ def _removes(text: str, name: str) -> bool:
     return any(re.search(rf"\b{name}\b", m.group(2)) for m in loops)
 
 
+def test_a_made_folder_is_found_by_its_name_wherever_it_is_made() -> None:
+    text = ("import tempfile\nwork = Path(tempfile.mkdtemp(prefix='x'))\n"
+            "def f():\n    d = mkdtemp()\n"
+            "shm = [Path(tempfile.mkdtemp()) for _ in range(2)]")
+    assert [m.group(1) for m in MKDTEMP.finditer(text)] == ["work", "d", "shm"]
+    assert len(MKDTEMP_CALL.findall(text + "\nprint(Path(tempfile.mkdtemp()))")) == 4
+
+
 def test_removal_is_recognised_direct_or_in_a_loop() -> None:
     assert _removes("shutil.rmtree(work, ignore_errors=True)", "work")
     assert _removes("for folder in (*shm, work):\n    shutil.rmtree(folder)", "shm")
@@ -112,6 +121,8 @@ def test_removal_is_recognised_direct_or_in_a_loop() -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=[f"{p.parent.name}/{p.name}" for p in NOTEBOOKS + PAGES])
 def test_a_temp_folder_it_makes_is_removed_once_used(path: Path) -> None:
     sources = _code_sources(path)
+    unnamed = sum(len(MKDTEMP_CALL.findall(src)) - len(MKDTEMP.findall(src)) for src in sources)
+    assert not unnamed, f"{path.name}: a tempfile.mkdtemp folder not given a name, so nothing can remove it"
     kept = [m.group(1) for i, src in enumerate(sources) for m in MKDTEMP.finditer(src)
             if not _removes("\n".join([src[m.end():], *sources[i + 1:]]), m.group(1))]
     assert not kept, (f"{path.name}: tempfile.mkdtemp folders {kept} are never removed; end their last use with "
