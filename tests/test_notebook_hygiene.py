@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from myst_nb.core.read import read_myst_markdown_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -86,13 +87,14 @@ def test_a_labs_header_states_no_time_of_its_own(path: Path) -> None:
 # page their shards; lab 17 removed its folders from the start.
 MKDTEMP = re.compile(r"^[ \t]*(\w+)\s*=\s*\[?\s*(?:Path\()?(?:tempfile\.)?mkdtemp\(", re.MULTILINE)
 MKDTEMP_CALL = re.compile(r"\bmkdtemp\(")
-CODE_CELL_MD = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
 PAGES = sorted((ROOT / "book").glob("*.md"))   # the Chinese twins run the same code cells (test_editions)
 
 
 def _code_sources(path: Path) -> list[str]:
+    """The code cells of a notebook, or of a MyST page read as the book reads it."""
     if path.suffix == ".md":
-        return CODE_CELL_MD.findall(path.read_text(encoding="utf-8"))
+        nb = read_myst_markdown_notebook(path.read_text(encoding="utf-8"))
+        return [c.source for c in nb.cells if c.cell_type == "code"]
     return [_source(c) for c in _code_cells(path)]
 
 
